@@ -1,0 +1,1 @@
+"""Measurement backends: native (C++/CUDA extension) and portable (torch ops)."""

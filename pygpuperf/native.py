@@ -1,0 +1,85 @@
+"""Typed wrappers over the extension's ops (``torch.ops.pygpuperf``).
+
+torch is imported before ``_C``: loading ``_C`` registers the ops with torch's dispatcher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+try:
+    from pygpuperf import _C  # noqa: F401  (registers torch.ops.pygpuperf.*)
+
+    IMPORT_ERROR: str | None = None
+except ImportError as exc:  # a source checkout that was never built
+    IMPORT_ERROR = str(exc)
+
+
+def available() -> bool:
+    """True when the compiled extension loaded."""
+    return IMPORT_ERROR is None
+
+
+def _ops():
+    if IMPORT_ERROR is not None:
+        raise RuntimeError(
+            f"pygpuperf's native extension is not built ({IMPORT_ERROR}); "
+            "run: pip install --no-build-isolation -e ."
+        )
+    return torch.ops.pygpuperf
+
+
+def build_info() -> dict[str, str]:
+    """How the extension was built: {'cuda': '0'|'1', 'cuda_archs': 'sm_80,...', ...}."""
+    return dict(_ops().build_info())
+
+
+def cuda_built() -> bool:
+    return available() and build_info().get("cuda") == "1"
+
+
+def list_probes(device_type: str, pattern: str = "") -> list[str]:
+    """Native probe names for 'cpu' or 'cuda', filtered by exact name or dotted prefix."""
+    return list(_ops().list_probes(device_type, pattern))
+
+
+def describe_probe(device_type: str, name: str) -> str:
+    return str(_ops().describe_probe(device_type, name))
+
+
+def probe_waiver(name: str, device: torch.device) -> str | None:
+    """Why `name` cannot run on `device`, or None when it can."""
+    reason = str(_ops().probe_waiver(name, device))
+    return reason or None
+
+
+@dataclass
+class NativeRun:
+    sample_seconds: list[float]
+    bytes_read: float
+    bytes_written: float
+    flops: float
+    verified: bool
+    verify_detail: str
+    params: dict[str, str]
+
+
+def run_probe(
+    name: str,
+    device: torch.device,
+    *,
+    warmup: int = 3,
+    samples: int = 20,
+    size_bytes: int = 0,
+    poison_after_runs: bool = False,
+) -> NativeRun:
+    """Set up, poison, warm up, time `samples` runs and verify one native probe.
+
+    Errors (CUDA failures, bad arguments, waived probes) raise RuntimeError naming
+    the CUDA error and the call site.
+    """
+    out = _ops().run_probe(name, device, warmup, samples, size_bytes, poison_after_runs)
+    seconds, bytes_read, bytes_written, flops, verified, detail, params = out
+    return NativeRun(list(seconds), bytes_read, bytes_written, flops, bool(verified), str(detail), dict(params))

@@ -1,0 +1,313 @@
+"""The one result model: Measurement -> MachineModel -> Findings, plus workloads.
+
+Every output (terminal table, JSON, CSV, DataFrame, chart) is derived from a
+``Results`` document. Throughput is derived in one place, :func:`throughput`,
+from what a probe declares (bytes read, bytes written, FLOPs) and its sample times.
+Counting convention: 1 GB = 1e9 bytes, 1 TFLOP = 1e12 FLOP, an FMA is 2 FLOPs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+SCHEMA_ID = "pygpuperf/1"
+COUNTING_CONVENTION = "1 GB = 1e9 B; GB/s = (bytes_read + bytes_written) / time; 1 TFLOP = 1e12 FLOP; FMA = 2 FLOP"
+
+# Unit of each measurement family, keyed by the first component of its name.
+_UNITS = {"memory": "GB/s", "transfer": "GB/s", "compute": "TFLOP/s"}
+_SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "TOP/s": 1e12}
+
+
+def unit_for(name: str) -> str:
+    """The unit a measurement name is reported in (integer math counts TOP/s)."""
+    family = name.split(".", 1)[0]
+    if family not in _UNITS:
+        raise ValueError(f"measurement name {name!r} has no known family (memory, transfer, compute)")
+    unit = _UNITS[family]
+    if unit == "TFLOP/s" and ".int8" in name:
+        return "TOP/s"
+    return unit
+
+
+def throughput(name: str, seconds: float, bytes_read: float, bytes_written: float, flops: float) -> float:
+    """The single throughput formula: work of one run over the time of that run, in the name's unit."""
+    unit = unit_for(name)
+    work = bytes_read + bytes_written if unit == "GB/s" else flops
+    return work / seconds / _SCALE[unit]
+
+
+@dataclass
+class Stats:
+    """Summary of per-sample values (in the measurement's unit)."""
+
+    median: float
+    p5: float
+    p95: float
+    mean: float
+    cv: float  # standard deviation / mean
+    n: int
+
+    @staticmethod
+    def of(values: Sequence[float]) -> "Stats":
+        if len(values) == 0:
+            raise ValueError("no samples")
+        a = np.asarray(values, dtype=np.float64)
+        mean = float(a.mean())
+        return Stats(
+            median=float(np.median(a)),
+            p5=float(np.percentile(a, 5)),
+            p95=float(np.percentile(a, 95)),
+            mean=mean,
+            cv=float(a.std() / mean) if mean else 0.0,
+            n=int(a.size),
+        )
+
+
+@dataclass
+class Telemetry:
+    """Clock and throttle samples taken while a probe ran (empty where the device has none)."""
+
+    sm_clock_mhz: list[float] = field(default_factory=list)
+    mem_clock_mhz: list[float] = field(default_factory=list)
+    power_w: list[float] = field(default_factory=list)
+    temperature_c: list[float] = field(default_factory=list)
+    throttle_reasons: list[str] = field(default_factory=list)
+
+    def median_sm_clock_mhz(self) -> float | None:
+        return float(np.median(self.sm_clock_mhz)) if self.sm_clock_mhz else None
+
+
+@dataclass
+class Measurement:
+    name: str
+    value: float  # median throughput, in `unit`
+    unit: str
+    stats: Stats
+    bytes_read: float  # per run
+    bytes_written: float  # per run
+    flops: float  # per run
+    backend: str  # which implementation measured it: "native-cuda", "native-cpu", "torch-cuda", ...
+    device: str
+    verified: bool
+    verify_detail: str = ""
+    params: dict[str, str] = field(default_factory=dict)
+    sample_seconds: list[float] = field(default_factory=list)
+    telemetry: Telemetry | None = None
+    status: str = "ok"  # "ok", "waived" or "error"
+    reason: str = ""  # why it was waived or failed
+
+    @staticmethod
+    def from_samples(
+        name: str,
+        *,
+        sample_seconds: Sequence[float],
+        bytes_read: float,
+        bytes_written: float,
+        flops: float,
+        backend: str,
+        device: str,
+        verified: bool,
+        verify_detail: str = "",
+        params: dict[str, str] | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> "Measurement":
+        values = [throughput(name, s, bytes_read, bytes_written, flops) for s in sample_seconds if s > 0]
+        if not values:
+            raise ValueError(f"{name}: no positive sample times")
+        stats = Stats.of(values)
+        return Measurement(
+            name=name,
+            value=stats.median,
+            unit=unit_for(name),
+            stats=stats,
+            bytes_read=float(bytes_read),
+            bytes_written=float(bytes_written),
+            flops=float(flops),
+            backend=backend,
+            device=device,
+            verified=bool(verified),
+            verify_detail=verify_detail,
+            params={str(k): str(v) for k, v in (params or {}).items()},
+            sample_seconds=[float(s) for s in sample_seconds],
+            telemetry=telemetry,
+        )
+
+    @staticmethod
+    def not_run(name: str, *, backend: str, device: str, status: str, reason: str) -> "Measurement":
+        """A probe that was waived (hardware can't run it) or failed with an error."""
+        nan = math.nan
+        return Measurement(
+            name=name,
+            value=nan,
+            unit=unit_for(name),
+            stats=Stats(nan, nan, nan, nan, nan, 0),
+            bytes_read=0.0,
+            bytes_written=0.0,
+            flops=0.0,
+            backend=backend,
+            device=device,
+            verified=False,
+            status=status,
+            reason=reason,
+        )
+
+    @property
+    def usable(self) -> bool:
+        """Counts toward ceilings: it ran and its output checked out."""
+        return self.status == "ok" and self.verified and math.isfinite(self.value)
+
+
+@dataclass
+class Ceiling:
+    """One roof of the machine model, traced back to the measurement that set it."""
+
+    value: float
+    unit: str
+    source: str  # measurement name
+    backend: str
+
+
+@dataclass
+class MachineModel:
+    """Measured ceilings of one device. Keys are measurement names without the family."""
+
+    device: str
+    compute: dict[str, Ceiling] = field(default_factory=dict)  # "tensor.fp16.acc32" -> TFLOP/s
+    memory: dict[str, Ceiling] = field(default_factory=dict)  # "hbm" / "dram" / "l2" -> GB/s
+    links: dict[str, Ceiling] = field(default_factory=dict)  # "h2d.pinned" -> GB/s
+    origin: str = "measured"  # later: "datasheet"
+
+    @staticmethod
+    def from_measurements(device: str, measurements: Iterable[Measurement]) -> "MachineModel":
+        """Best usable figure per ceiling. Memory levels take the best of read/write/copy/triad."""
+        model = MachineModel(device=device)
+        for m in measurements:
+            if not m.usable:
+                continue
+            family, _, rest = m.name.partition(".")
+            if family == "compute":
+                key, table = rest, model.compute
+            elif family == "memory":
+                key, table = rest.split(".", 1)[0], model.memory
+            elif family == "transfer":
+                key, table = rest, model.links
+            else:
+                continue
+            best = table.get(key)
+            if best is None or m.value > best.value:
+                table[key] = Ceiling(m.value, m.unit, m.name, m.backend)
+        return model
+
+    def ridge_point(self, compute_key: str, memory_key: str) -> float | None:
+        """FLOP per byte where the compute roof meets the memory roof."""
+        c, b = self.compute.get(compute_key), self.memory.get(memory_key)
+        if c is None or b is None or b.value <= 0:
+            return None
+        return (c.value * 1e12) / (b.value * 1e9)
+
+    def dram_key(self) -> str | None:
+        for key in ("hbm", "dram"):
+            if key in self.memory:
+                return key
+        return None
+
+
+@dataclass
+class Finding:
+    severity: str  # "info", "warning" or "error"
+    title: str  # one sentence in plain words
+    evidence: dict[str, Any] = field(default_factory=dict)
+    suggestion: str = ""
+
+
+@dataclass
+class WorkloadResult:
+    """A model run placed on the measured roofline."""
+
+    name: str
+    device: str
+    params: dict[str, str]
+    step_time: Stats  # seconds per step
+    samples_per_second: float
+    flops_per_step: float  # counted with torch.utils.flop_counter (matmul, conv, attention)
+    bytes_per_step: float  # estimate: every op's input and output bytes, no cache reuse
+    achieved_tflops: float
+    intensity: float  # FLOP per byte
+    compute_ceiling: str | None = None  # MachineModel.compute key it is held against
+    memory_ceiling: str | None = None  # MachineModel.memory key
+    attainable_tflops: float | None = None  # min(compute roof, intensity x memory roof)
+    fraction_of_attainable: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Results:
+    meta: dict[str, Any]
+    measurements: list[Measurement] = field(default_factory=list)
+    machine_model: MachineModel | None = None
+    findings: list[Finding] = field(default_factory=list)
+    workloads: list[WorkloadResult] = field(default_factory=list)
+
+    def best(self, name: str) -> Measurement | None:
+        """The highest usable measurement of `name`, whichever backend measured it."""
+        usable = [m for m in self.measurements if m.name == name and m.usable]
+        return max(usable, key=lambda m: m.value) if usable else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_ID,
+            "meta": self.meta,
+            "measurements": [_clean(dataclasses.asdict(m)) for m in self.measurements],
+            "machine_model": _clean(dataclasses.asdict(self.machine_model)) if self.machine_model else None,
+            "findings": [_clean(dataclasses.asdict(f)) for f in self.findings],
+            "workloads": [_clean(dataclasses.asdict(w)) for w in self.workloads],
+        }
+
+    @staticmethod
+    def from_dict(doc: dict[str, Any]) -> "Results":
+        """Build from an already-validated document (see pygpuperf.io.load_results)."""
+        def measurement(d: dict[str, Any]) -> Measurement:
+            d = dict(d)
+            d["value"] = _num(d["value"])
+            d["stats"] = Stats(**{k: _num(v) if k != "n" else v for k, v in d["stats"].items()})
+            d["telemetry"] = Telemetry(**d["telemetry"]) if d.get("telemetry") else None
+            return Measurement(**d)
+
+        def model(d: dict[str, Any] | None) -> MachineModel | None:
+            if d is None:
+                return None
+            tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links")}
+            return MachineModel(device=d["device"], origin=d["origin"], **tables)
+
+        def workload(d: dict[str, Any]) -> WorkloadResult:
+            d = dict(d)
+            d["step_time"] = Stats(**d["step_time"])
+            return WorkloadResult(**d)
+
+        return Results(
+            meta=doc["meta"],
+            measurements=[measurement(m) for m in doc["measurements"]],
+            machine_model=model(doc.get("machine_model")),
+            findings=[Finding(**f) for f in doc["findings"]],
+            workloads=[workload(w) for w in doc["workloads"]],
+        )
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN: non-finite floats become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _num(v: float | None) -> float:
+    return math.nan if v is None else float(v)
