@@ -258,6 +258,12 @@ class Results:
         usable = [m for m in self.measurements if m.name == name and m.usable]
         return max(usable, key=lambda m: m.value) if usable else None
 
+    def to_frame(self):
+        """Measurements as a pandas DataFrame (the columns of results.csv)."""
+        from pygpuperf.io import to_frame
+
+        return to_frame(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA_ID,

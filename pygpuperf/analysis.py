@@ -1,0 +1,103 @@
+"""From measurements to conclusions: findings and the workload's place on the roofline."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from pygpuperf import peaks
+from pygpuperf.results import Finding, MachineModel, Measurement, WorkloadResult
+
+# Native and portable figures for the same name disagree beyond this factor -> a finding.
+BACKEND_AGREEMENT_FACTOR = 2.0
+
+# Compute ceiling a workload is held against, by its precision, in order of preference.
+_CEILINGS_BY_PRECISION = {
+    "fp16-amp": ("library.fp16", "tensor.fp16.acc32"),
+    "bf16-amp": ("library.bf16", "tensor.bf16.acc32"),
+    "tf32": ("library.tf32", "tensor.tf32.acc32"),
+    "fp32": ("library.fp32", "simd.fp32", "cuda.fp32"),
+}
+
+
+def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:
+    findings: list[Finding] = []
+    card = peaks.datasheet_for(device_meta.get("name", ""))
+    by_name: dict[str, list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        by_name[m.name].append(m)
+        if m.status == "error":
+            findings.append(Finding("warning", f"The {m.name} probe failed on {m.backend}, so it has no figure.",
+                                    {"probe": m.name, "error": m.reason},
+                                    "Re-run with --probes " + m.name + " to reproduce; report it if it persists."))
+            continue
+        if m.status == "ok" and not m.verified:
+            findings.append(Finding("error", f"The {m.name} probe computed a wrong result on {m.backend}, "
+                                    "so its figure is not used.",
+                                    {"probe": m.name, "detail": m.verify_detail},
+                                    "Treat the device or the build as suspect; run the GPU tests."))
+        if m.status != "ok" or not math.isfinite(m.value):
+            continue
+        peak = peaks.theoretical_peak(m.name, device_meta)
+        if peak is not None and m.value > peak.value * 1.02:
+            findings.append(Finding("error", f"{m.name} measured above its theoretical peak, which means a probe bug, "
+                                    "not a fast card.",
+                                    {"measured": m.value, "peak": peak.value, "unit": m.unit, "peak_source": peak.source,
+                                     "backend": m.backend},
+                                    "Do not trust this figure; check the probe's byte or FLOP accounting."))
+        if m.telemetry:
+            slowdowns = [r for r in m.telemetry.throttle_reasons if r not in ("idle", "application_clock_setting")]
+            if slowdowns:
+                findings.append(Finding("warning", f"Clocks were held back while {m.name} ran ({', '.join(slowdowns)}).",
+                                        {"probe": m.name, "reasons": slowdowns,
+                                         "sm_clock_mhz": m.telemetry.median_sm_clock_mhz()},
+                                        "Check cooling and power limits before comparing this figure."))
+    for name, group in by_name.items():
+        usable = [m for m in group if m.usable]
+        if len(usable) >= 2:
+            lo, hi = min(usable, key=lambda m: m.value), max(usable, key=lambda m: m.value)
+            if hi.value > BACKEND_AGREEMENT_FACTOR * lo.value:
+                findings.append(Finding("warning", f"Two backends disagree on {name} by {hi.value / lo.value:.1f}x.",
+                                        {hi.backend: hi.value, lo.backend: lo.value, "unit": hi.unit},
+                                        "The lower one leaves performance on the table or the higher one miscounts."))
+    if card is None and device_meta.get("type") != "cpu":
+        findings.append(Finding("info", "This card is not in the datasheet table, so only measured ceilings are shown.",
+                                {"device": device_meta.get("name")}, ""))
+    return findings
+
+
+def place_workload(workload: WorkloadResult, model: MachineModel) -> WorkloadResult:
+    """Fill the roofline placement of a workload from the machine model (in place)."""
+    precision = workload.params.get("precision", "fp32")
+    for key in _CEILINGS_BY_PRECISION.get(precision, ("library.fp32",)):
+        if key in model.compute:
+            workload.compute_ceiling = key
+            break
+    workload.memory_ceiling = model.dram_key()
+    if workload.compute_ceiling and workload.memory_ceiling and math.isfinite(workload.intensity):
+        compute = model.compute[workload.compute_ceiling].value
+        memory_roof = workload.intensity * model.memory[workload.memory_ceiling].value * 1e9 / 1e12
+        workload.attainable_tflops = min(compute, memory_roof)
+        workload.fraction_of_attainable = workload.achieved_tflops / workload.attainable_tflops
+    return workload
+
+
+def workload_findings(workload: WorkloadResult, model: MachineModel) -> list[Finding]:
+    if workload.fraction_of_attainable is None:
+        return []
+    bound = "memory" if workload.attainable_tflops < model.compute[workload.compute_ceiling].value else "compute"
+    pct = 100 * workload.fraction_of_attainable
+    evidence = {
+        "achieved_tflops": workload.achieved_tflops,
+        "attainable_tflops": workload.attainable_tflops,
+        "intensity_flop_per_byte": workload.intensity,
+        "compute_ceiling": workload.compute_ceiling,
+        "memory_ceiling": workload.memory_ceiling,
+    }
+    title = (f"{workload.name} reaches {pct:.0f}% of what the measured roofline allows at its intensity "
+             f"({workload.intensity:.1f} FLOP/B, {bound}-bound by counted work).")
+    severity = "info" if pct >= 30 else "warning"
+    suggestion = ("Most of the step is not matmul/conv arithmetic at full rate: look at elementwise and "
+                  "normalization kernels, launch gaps and data layout." if pct < 30 else "")
+    return [Finding(severity, title, evidence, suggestion)]

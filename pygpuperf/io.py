@@ -1,0 +1,114 @@
+"""Reading and writing results: JSON (validated), CSV and a pandas DataFrame.
+
+Results files are untrusted input: they are parsed as plain JSON (never pickle or
+eval), bounded in size, and validated against data/results.schema.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pandas as pd
+
+from pygpuperf.results import Results
+
+MAX_RESULTS_BYTES = 256 * 1024 * 1024
+
+
+class ResultsFileError(ValueError):
+    """A results file that cannot be used; the message says which file and why."""
+
+
+@lru_cache(maxsize=1)
+def results_schema() -> dict[str, Any]:
+    text = resources.files("pygpuperf").joinpath("data/results.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def validate_document(doc: Any, origin: str = "document") -> None:
+    """Raise ResultsFileError unless `doc` is a valid pygpuperf/1 results document."""
+    validator = jsonschema.Draft202012Validator(results_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ResultsFileError(f"{origin}: not a valid pygpuperf/1 results file at {where}: {error.message[:300]}")
+
+
+def load_results(path: str | os.PathLike) -> Results:
+    """Load and validate a results.json."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_RESULTS_BYTES:
+            raise ResultsFileError(f"{path}: {size} bytes is larger than a results file can be")
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except ResultsFileError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFileError(f"{path}: cannot read: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ResultsFileError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
+    validate_document(doc, str(path))
+    return Results.from_dict(doc)
+
+
+def to_json(results: Results) -> str:
+    doc = results.to_dict()
+    validate_document(doc, "results being written")  # a writer bug must not produce an unreadable file
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def to_frame(results: Results) -> pd.DataFrame:
+    """One row per measurement, with the columns of results.csv."""
+    rows = []
+    for m in results.measurements:
+        rows.append(
+            {
+                "name": m.name,
+                "backend": m.backend,
+                "device": m.device,
+                "status": m.status,
+                "value": m.value,
+                "unit": m.unit,
+                "median": m.stats.median,
+                "p5": m.stats.p5,
+                "p95": m.stats.p95,
+                "mean": m.stats.mean,
+                "cv": m.stats.cv,
+                "n": m.stats.n,
+                "bytes_read": m.bytes_read,
+                "bytes_written": m.bytes_written,
+                "flops": m.flops,
+                "verified": m.verified,
+                "sm_clock_mhz": m.telemetry.median_sm_clock_mhz() if m.telemetry else None,
+                "throttle_reasons": ";".join(m.telemetry.throttle_reasons) if m.telemetry else "",
+                "reason": m.reason,
+                "params": ";".join(f"{k}={v}" for k, v in sorted(m.params.items())),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def write_results(results: Results, out_dir: Path) -> dict[str, Path]:
+    """Write results.json and results.csv; returns their paths. Writes atomically."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "results.json", "csv": out_dir / "results.csv"}
+    _atomic_write(paths["json"], to_json(results))
+    _atomic_write(paths["csv"], to_frame(results).to_csv(index=False))
+    return paths
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,1 @@
+"""Human-facing outputs derived from a Results document: terminal table and charts."""

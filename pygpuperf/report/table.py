@@ -1,0 +1,81 @@
+"""The terminal summary: ceilings per family, the workload's position, then findings."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from pygpuperf import peaks
+from pygpuperf.results import Measurement, Results
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
+def _check(m: Measurement) -> str:
+    if m.status == "waived":
+        return "[dim]waived[/dim]"
+    if m.status == "error":
+        return "[red]error[/red]"
+    return "[green]verified[/green]" if m.verified else "[bold red]WRONG[/bold red]"
+
+
+def measurement_table(results: Results) -> Table:
+    card = peaks.datasheet_for(results.meta.get("device", {}).get("name", ""))
+    title = results.meta.get("device", {}).get("name", "device")
+    if card:
+        title += f"  (datasheet: {card['name']})"
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for column, justify in (("probe", "left"), ("backend", "left"), ("median", "right"), ("unit", "left"),
+                            ("p5-p95", "right"), ("CV", "right"), ("datasheet", "right"), ("%", "right"),
+                            ("check", "left")):
+        table.add_column(column, justify=justify, no_wrap=column != "check")
+    family = None
+    for m in sorted(results.measurements, key=lambda m: (m.name.split(".")[0], m.name, m.backend)):
+        this_family = m.name.split(".")[0]
+        if family is not None and this_family != family:
+            table.add_section()
+        family = this_family
+        sheet = peaks.datasheet_value(card, m.name)
+        pct = 100 * m.value / sheet if sheet and m.usable else None
+        spread = f"{_fmt(m.stats.p5)}-{_fmt(m.stats.p95)}" if m.status == "ok" else "-"
+        cv = f"{100 * m.stats.cv:.1f}%" if m.status == "ok" and math.isfinite(m.stats.cv) else "-"
+        check = _check(m) if m.status == "ok" else f"{_check(m)} {m.reason[:60]}"
+        table.add_row(m.name, m.backend, _fmt(m.value), m.unit, spread, cv, _fmt(sheet), _fmt(pct, 0), check)
+    return table
+
+
+def print_summary(results: Results, console: Console) -> None:
+    console.print(measurement_table(results))
+    model = results.machine_model
+    if model is not None:
+        dram = model.dram_key()
+        for key in sorted(model.compute):
+            ridge = model.ridge_point(key, dram) if dram else None
+            if ridge:
+                console.print(f"  ridge point {key} vs {dram}: {ridge:.1f} FLOP/B")
+    for w in results.workloads:
+        console.print(
+            f"\n[bold]{w.name}[/bold] ({', '.join(f'{k}={v}' for k, v in w.params.items())}): "
+            f"{_fmt(w.samples_per_second)} samples/s, step {1e3 * w.step_time.median:.2f} ms "
+            f"(CV {100 * w.step_time.cv:.1f}%), {_fmt(w.achieved_tflops, 2)} TFLOP/s achieved at "
+            f"{_fmt(w.intensity)} FLOP/B (counted); roofline allows {_fmt(w.attainable_tflops, 2)} TFLOP/s "
+            f"against {w.compute_ceiling} / {w.memory_ceiling}"
+            + (f" -> {100 * w.fraction_of_attainable:.0f}%" if w.fraction_of_attainable else "")
+        )
+    if results.findings:
+        console.print("\n[bold]Findings[/bold]")
+        for f in results.findings:
+            console.print(f"  [{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity:7s}[/] {f.title}")
+            if f.suggestion:
+                console.print(f"          [dim]{f.suggestion}[/dim]")
+    console.print(f"\n[dim]{results.meta.get('counting', '')}[/dim]")

@@ -1,0 +1,153 @@
+"""`python -m pygpuperf.roofline`: characterize a device, run a model, place it on the roofline.
+
+Exit codes: 0 done, 2 bad input (one line naming the fix), 130 interrupted (what was
+measured is still written to results.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pygpuperf import analysis, io, meta, suite
+from pygpuperf.backends.base import RunSettings
+from pygpuperf.device import UsageError, device_slug, resolve_device
+from pygpuperf.report.chart import roofline_chart
+from pygpuperf.report.table import print_summary
+from pygpuperf.results import MachineModel, Results
+
+DEFAULT_MODEL = {"cuda": "resnet50-train-amp"}
+FALLBACK_MODEL = "resnet18-train-small"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        raise UsageError(f"{message}; see --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m pygpuperf.roofline", description=__doc__.splitlines()[0])
+    p.add_argument("--device", help="cpu, cuda, cuda:N, xpu, mps (default: first GPU, else CPU)")
+    p.add_argument("--quick", action="store_true", help="fewer samples and smaller buffers")
+    p.add_argument("--out", type=Path, help="output folder (default ./pygpuperf-results/<device>-<UTC time>)")
+    p.add_argument("--list", action="store_true", help="list probes for the device and exit")
+    p.add_argument("--probes", nargs="+", metavar="NAME", help="probe names or dotted prefixes (e.g. memory)")
+    p.add_argument("--backend", default="auto", choices=suite.BACKEND_CHOICES,
+                   help="auto: native where it has the probe, torch for the rest; all: both")
+    p.add_argument("--model", help="workload to place on the roofline, or 'none'")
+    p.add_argument("--batch-size", type=int, help="model batch size")
+    p.add_argument("--samples", type=int, help="timed samples per probe")
+    p.add_argument("--json", action="store_true", help="print results JSON to stdout (summary goes to stderr)")
+    return p
+
+
+def _settings(args: argparse.Namespace) -> RunSettings:
+    samples = args.samples or (5 if args.quick else 20)
+    if samples < 1:
+        raise UsageError(f"--samples {samples}: needs at least 1")
+    return RunSettings(warmup=1 if args.quick else 3, samples=samples, size_bytes=0)
+
+
+def _model_name(args: argparse.Namespace, device_type: str) -> str | None:
+    from pygpuperf.workloads import WORKLOADS
+
+    name = args.model or DEFAULT_MODEL.get(device_type, FALLBACK_MODEL)
+    if name == "none":
+        return None
+    if name not in WORKLOADS:
+        raise UsageError(f"--model {name}: unknown; choose one of {', '.join(sorted(WORKLOADS))} or none")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size {args.batch_size}: needs at least 1")
+    return name
+
+
+def _out_dir(args: argparse.Namespace, device) -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out or Path("pygpuperf-results") / f"{device_slug(device)}-{stamp}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe_file = out / ".write-test"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}); choose a writable folder") from None
+    return out
+
+
+def _list(device, console: Console) -> None:
+    for planned in suite.plan(device, "all"):
+        reason = planned.backend.waiver(planned.name, device)
+        status = f"waived: {reason}" if reason else planned.backend.describe(planned.name, device)
+        console.print(f"{planned.name:32s} {planned.backend.backend_name(device):12s} {status}")
+
+
+def _measure(probes, device, settings, measurements, console: Console) -> None:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("probes", total=len(probes))
+        suite.run(probes, device, settings, measurements,
+                  on_start=lambda p: progress.update(task, description=p.label(device)),
+                  on_done=lambda m: progress.advance(task))
+
+
+def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    err = Console(stderr=True)
+    out_console = err if args.json else Console()
+    device = resolve_device(args.device)
+    if args.list:
+        _list(device, out_console)
+        return 0
+    settings = _settings(args)
+    probes = suite.plan(device, args.backend, args.probes)
+    model_name = _model_name(args, device.type)
+    out = _out_dir(args, device)
+
+    results = Results(meta=meta.collect(device, ["pygpuperf.roofline", *argv]))
+    interrupted = False
+    try:
+        _measure(probes, device, settings, results.measurements, err)
+        results.machine_model = MachineModel.from_measurements(str(device), results.measurements)
+        if model_name:
+            from pygpuperf.workloads import get_workload, run_workload
+
+            err.print(f"running {model_name} on {device} ...")
+            steps = {"warmup": 1, "steps": 3} if args.quick else {}
+            workload = run_workload(get_workload(model_name), device, batch_size=args.batch_size, **steps)
+            results.workloads.append(analysis.place_workload(workload, results.machine_model))
+    except KeyboardInterrupt:
+        interrupted = True
+        results.meta["interrupted"] = True
+        err.print("[yellow]interrupted: writing what was measured[/yellow]")
+    results.machine_model = MachineModel.from_measurements(str(device), results.measurements)
+    results.findings = analysis.findings_for(results.measurements, results.meta["device"])
+    for w in results.workloads:
+        results.findings += analysis.workload_findings(w, results.machine_model)
+
+    paths = io.write_results(results, out)
+    chart = roofline_chart(results, out / "roofline.png")
+    print_summary(results, out_console)
+    if args.json:
+        sys.stdout.write(io.to_json(results) + "\n")
+    written = [paths["json"], paths["csv"]] + ([chart] if chart else [])
+    err.print("wrote " + ", ".join(str(p) for p in written))
+    return 130 if interrupted else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        code = run(argv)
+    except UsageError as exc:
+        print(f"pygpuperf: error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

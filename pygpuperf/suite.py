@@ -1,0 +1,103 @@
+"""Planning and running the probe suite over the backends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+
+from pygpuperf import telemetry
+from pygpuperf.backends.base import Backend, RunSettings
+from pygpuperf.backends.native import NativeBackend
+from pygpuperf.backends.portable import PortableBackend
+from pygpuperf.device import UsageError
+from pygpuperf.results import Measurement
+
+BACKEND_CHOICES = ("auto", "native", "torch", "all")
+
+
+@dataclass(frozen=True)
+class PlannedProbe:
+    name: str
+    backend: Backend
+
+    def label(self, device: torch.device) -> str:
+        return f"{self.name} [{self.backend.backend_name(device)}]"
+
+
+def backends() -> list[Backend]:
+    """Native first: where both have a probe, 'auto' takes the native one."""
+    return [NativeBackend(), PortableBackend()]
+
+
+def _matches(name: str, pattern: str) -> bool:
+    return name == pattern or name.startswith(pattern + ".")
+
+
+def plan(device: torch.device, backend_choice: str = "auto", selection: Iterable[str] | None = None) -> list[PlannedProbe]:
+    """Which probe runs on which backend.
+
+    auto: each name once, from the first backend that has it (native, then torch);
+    all: every backend that has the name; native/torch: only that backend.
+    `selection` holds names or dotted prefixes; one that matches nothing is a UsageError.
+    """
+    if backend_choice not in BACKEND_CHOICES:
+        raise UsageError(f"--backend {backend_choice}: choose one of {', '.join(BACKEND_CHOICES)}")
+    planned: list[PlannedProbe] = []
+    seen: set[str] = set()
+    for backend in backends():
+        if backend_choice in ("native", "torch") and backend.family != backend_choice:
+            continue
+        for name in backend.probe_names(device):
+            if backend_choice == "auto" and name in seen:
+                continue
+            seen.add(name)
+            planned.append(PlannedProbe(name, backend))
+    if selection:
+        selection = list(selection)
+        for pattern in selection:
+            if not any(_matches(p.name, pattern) for p in planned):
+                raise UsageError(
+                    f"unknown probe {pattern!r} for {device.type}; run 'python -m pygpuperf.roofline --list' to see names"
+                )
+        planned = [p for p in planned if any(_matches(p.name, s) for s in selection)]
+    return planned
+
+
+def run_one(probe: PlannedProbe, device: torch.device, settings: RunSettings) -> Measurement:
+    """Measure one planned probe. A waiver or an error becomes a Measurement, not an exception."""
+    backend_name = probe.backend.backend_name(device)
+    reason = probe.backend.waiver(probe.name, device)
+    if reason:
+        return Measurement.not_run(probe.name, backend=backend_name, device=str(device), status="waived", reason=reason)
+    try:
+        with telemetry.sampling(device) as sampler:
+            measurement = probe.backend.measure(probe.name, device, settings)
+        measurement.telemetry = sampler.telemetry if sampler.active else None
+        return measurement
+    except (RuntimeError, ValueError) as exc:
+        # torch.OutOfMemoryError is a RuntimeError too: keep going with the other probes.
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        message = " ".join(str(exc).split())[:500]
+        return Measurement.not_run(probe.name, backend=backend_name, device=str(device), status="error", reason=message)
+
+
+def run(
+    probes: list[PlannedProbe],
+    device: torch.device,
+    settings: RunSettings,
+    into: list[Measurement],
+    on_start: Callable[[PlannedProbe], None] | None = None,
+    on_done: Callable[[Measurement], None] | None = None,
+) -> list[Measurement]:
+    """Run probes in order, appending to `into` as each finishes so an interrupt keeps them."""
+    for probe in probes:
+        if on_start:
+            on_start(probe)
+        measurement = run_one(probe, device, settings)
+        into.append(measurement)
+        if on_done:
+            on_done(measurement)
+    return into

@@ -1,0 +1,96 @@
+"""The result model and its JSON/CSV/DataFrame forms."""
+
+import json
+import math
+
+import pytest
+
+from pygpuperf import io
+from pygpuperf.results import Finding, MachineModel, Measurement, Results, Stats, WorkloadResult, throughput
+
+
+def _measurement(name="memory.dram.copy", seconds=(0.010, 0.011, 0.012), backend="native-cpu", verified=True):
+    return Measurement.from_samples(name, sample_seconds=list(seconds), bytes_read=1e9, bytes_written=1e9, flops=0,
+                                    backend=backend, device="cpu", verified=verified, params={"threads": "2"})
+
+
+def _results():
+    ms = [_measurement(), _measurement(backend="torch-cpu", seconds=(0.02, 0.02, 0.021)),
+          Measurement.from_samples("compute.library.fp32", sample_seconds=[0.5, 0.5], bytes_read=0, bytes_written=0,
+                                   flops=1e12, backend="torch-cpu", device="cpu", verified=True),
+          Measurement.not_run("transfer.h2d.pinned", backend="torch-cpu", device="cpu", status="waived",
+                              reason="host and device are the same memory")]
+    r = Results(meta={"versions": {"pygpuperf": "0", "torch": "2", "python": "3"}, "device": {"type": "cpu"},
+                      "host": {}, "time_utc": "2026-01-01T00:00:00+00:00", "counting": "1 GB = 1e9 B"},
+                measurements=ms)
+    r.machine_model = MachineModel.from_measurements("cpu", ms)
+    r.findings = [Finding("info", "A sentence.", {"x": 1}, "Do this.")]
+    r.workloads = [WorkloadResult("toy", "cpu", {"precision": "fp32"}, Stats.of([0.1, 0.2]), 10.0, 1e9, 1e8, 0.01,
+                                  10.0, notes=["estimate"])]
+    return r
+
+
+def test_throughput_uses_read_plus_written_bytes_and_si_units():
+    assert throughput("memory.hbm.copy", 0.5, 1e9, 1e9, 0) == pytest.approx(4.0)  # 2e9 B / 0.5 s = 4 GB/s
+    assert throughput("compute.tensor.fp16.acc32", 2.0, 0, 0, 4e12) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="family"):
+        throughput("bogus.thing", 1, 1, 1, 1)
+
+
+def test_stats_of_samples():
+    m = _measurement(seconds=[0.01] * 9 + [0.02])
+    assert m.value == pytest.approx(200.0)  # median of 2e9 B / 0.01 s
+    assert m.stats.n == 10 and m.stats.p5 < m.stats.p95 and m.stats.cv > 0
+    assert m.unit == "GB/s" and m.usable
+
+
+def test_machine_model_takes_best_usable_and_ignores_unverified():
+    fast_but_wrong = _measurement(seconds=[0.001], verified=False)
+    model = MachineModel.from_measurements("cpu", [_measurement(), fast_but_wrong])
+    assert model.memory["dram"].value == pytest.approx(_measurement().value)
+    assert model.memory["dram"].backend == "native-cpu"
+
+
+def test_json_round_trip_validates_and_preserves(tmp_path):
+    r = _results()
+    paths = io.write_results(r, tmp_path)
+    loaded = io.load_results(paths["json"])
+    assert [m.name for m in loaded.measurements] == [m.name for m in r.measurements]
+    assert math.isnan(loaded.measurements[3].value) and loaded.measurements[3].status == "waived"
+    assert loaded.machine_model.memory["dram"].value == pytest.approx(r.machine_model.memory["dram"].value)
+    assert loaded.workloads[0].step_time.median == pytest.approx(0.15)
+    frame = loaded.to_frame()
+    assert list(frame["name"]) == [m.name for m in r.measurements]
+    csv_text = paths["csv"].read_text()
+    assert csv_text.splitlines()[0].startswith("name,backend,device,status,value,unit")
+    assert len(csv_text.splitlines()) == 1 + len(r.measurements)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "pygpuperf/1", "meta": {}, "measurements": [], "machine_model": null, "findings": [],'
+     ' "workloads": []}', "meta"),
+    ("[" * 100000 + "]" * 100000, "not valid JSON"),
+    ('{"schema": "other/9"}', "not a valid pygpuperf/1 results file"),
+    ('{"value": NaN}', "not valid JSON"),
+])
+def test_malformed_or_hostile_files_give_clear_errors(tmp_path, text, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(io.ResultsFileError, match=fragment) as info:
+        io.load_results(path)
+    assert str(path) in str(info.value)
+
+
+def test_wrong_types_inside_a_measurement_are_rejected(tmp_path):
+    doc = _results().to_dict()
+    doc["measurements"][0]["bytes_read"] = "lots"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(io.ResultsFileError, match="measurements/0/bytes_read"):
+        io.load_results(path)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(io.ResultsFileError, match="cannot read"):
+        io.load_results(tmp_path / "nope.json")
