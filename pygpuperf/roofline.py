@@ -21,10 +21,6 @@ from pygpuperf.report.chart import roofline_chart
 from pygpuperf.report.table import print_summary
 from pygpuperf.results import MachineModel, Results
 
-DEFAULT_MODEL = {"cuda": "resnet50-train-amp"}
-FALLBACK_MODEL = "resnet18-train-small"
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
         raise UsageError(f"{message}; see --help")
@@ -54,9 +50,9 @@ def _settings(args: argparse.Namespace) -> RunSettings:
 
 
 def _model_name(args: argparse.Namespace, device_type: str) -> str | None:
-    from pygpuperf.workloads import WORKLOADS
+    from pygpuperf.workloads import WORKLOADS, default_workload_name
 
-    name = args.model or DEFAULT_MODEL.get(device_type, FALLBACK_MODEL)
+    name = args.model or default_workload_name(device_type)
     if name == "none":
         return None
     if name not in WORKLOADS:

@@ -1,0 +1,691 @@
+"""The portable backend: probes written with plain torch ops, for any torch device.
+
+It measures what torch itself delivers (``copy_``, ``fill_``, ``sum``, ``matmul``,
+host<->device ``copy_``) on CPU, CUDA/ROCm, XPU and MPS, with no compiled code.
+Each probe follows the same sequence as the native ones (csrc/core/probe.h):
+setup -> poison -> warm-up -> timed samples -> verify -> teardown, driven by one
+generic loop, :func:`run_probe`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from pygpuperf.backends.base import Backend, RunSettings, memory_level
+from pygpuperf.results import Measurement
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+Params = dict[str, str]
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until all work queued on `device` has finished (no-op on the CPU)."""
+    kind = device.type
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+    elif kind == "xpu":
+        torch.xpu.synchronize(device)
+    elif kind == "mps":
+        torch.mps.synchronize()
+    elif kind != "cpu":
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "synchronize"):
+            accelerator.synchronize(device)
+
+
+class SampleTimer(ABC):
+    """Times `samples` intervals; `seconds()` returns them once the device is idle."""
+
+    @abstractmethod
+    def start(self, i: int) -> None: ...
+
+    @abstractmethod
+    def stop(self, i: int) -> None: ...
+
+    @abstractmethod
+    def seconds(self) -> list[float]: ...
+
+
+class EventTimer(SampleTimer):
+    """Device-side timing with event pairs on the current stream: no host sync between samples."""
+
+    def __init__(self, device: torch.device, samples: int) -> None:
+        self._stream = torch.cuda.current_stream(device)
+        self._begin = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+        self._end = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+
+    def start(self, i: int) -> None:
+        self._begin[i].record(self._stream)
+
+    def stop(self, i: int) -> None:
+        self._end[i].record(self._stream)
+
+    def seconds(self) -> list[float]:
+        self._stream.synchronize()
+        return [b.elapsed_time(e) / 1e3 for b, e in zip(self._begin, self._end)]
+
+
+class WallClockTimer(SampleTimer):
+    """Host wall clock with the device drained before and after each sample."""
+
+    def __init__(self, device: torch.device, samples: int) -> None:
+        self._device = device
+        self._begin = [0.0] * samples
+        self._seconds = [0.0] * samples
+
+    def start(self, i: int) -> None:
+        synchronize(self._device)
+        self._begin[i] = time.perf_counter()
+
+    def stop(self, i: int) -> None:
+        synchronize(self._device)
+        self._seconds[i] = time.perf_counter() - self._begin[i]
+
+    def seconds(self) -> list[float]:
+        return list(self._seconds)
+
+
+def make_timer(device: torch.device, samples: int) -> SampleTimer:
+    """Events where the device has timing events torch exposes ('cuda', also ROCm); wall clock elsewhere."""
+    if device.type == "cuda":
+        return EventTimer(device, samples)
+    return WallClockTimer(device, samples)
+
+
+# --------------------------------------------------------------------------- probe interface
+
+
+@dataclass
+class Work:
+    """What one timed run moves and computes (1 GB = 1e9 B, an FMA is 2 FLOPs)."""
+
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    flops: float = 0.0
+
+
+class Probe(ABC):
+    """One portable measurement; mirrors pgp::Probe in csrc/core/probe.h."""
+
+    name: str
+    description: str
+
+    def waiver(self, device: torch.device) -> str | None:
+        """Why this probe cannot run on `device`, or None when it can."""
+        return None
+
+    @abstractmethod
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        """Allocate and fill inputs with random non-zero data; called once per measurement."""
+
+    @abstractmethod
+    def work(self) -> Work:
+        """Bytes and FLOPs of one run; valid after setup()."""
+
+    @abstractmethod
+    def poison(self) -> None:
+        """Overwrite every output with a value no correct run produces."""
+
+    @abstractmethod
+    def run(self) -> None:
+        """One timed unit of work, queued on the device (not awaited)."""
+
+    @abstractmethod
+    def verify(self) -> tuple[bool, str]:
+        """Check the outputs of the last run against an independent reference."""
+
+    def params(self) -> Params:
+        """Parameters worth reporting (sizes, dtype, op, flags)."""
+        return {}
+
+    def teardown(self) -> None:
+        """Release what setup() allocated and restore any global state it changed."""
+
+
+@dataclass
+class ProbeRun:
+    """What one pass of :func:`run_probe` produced, before it becomes a Measurement."""
+
+    sample_seconds: list[float]
+    work: Work
+    verified: bool
+    verify_detail: str
+    params: Params
+
+
+def run_probe(probe: Probe, device: torch.device, settings: RunSettings) -> ProbeRun:
+    """The one measurement sequence every portable probe goes through.
+
+    setup -> poison -> warm-up -> timed samples -> verify -> teardown. With
+    ``settings.poison_after_runs`` the outputs are poisoned after the timed runs
+    instead, so verification must fail (a test hook proving verify() checks).
+    """
+    if settings.samples < 1:
+        raise ValueError(f"samples must be at least 1, got {settings.samples}")
+    if settings.warmup < 0:
+        raise ValueError(f"warmup must be non-negative, got {settings.warmup}")
+    if settings.size_bytes < 0:
+        raise ValueError("size_bytes must be non-negative")
+    reason = probe.waiver(device)
+    if reason is not None:
+        raise RuntimeError(f"probe '{probe.name}' is waived on {device}: {reason}")
+
+    with torch.no_grad():
+        try:
+            probe.setup(device, settings)
+            if not settings.poison_after_runs:
+                probe.poison()
+            for _ in range(settings.warmup):
+                probe.run()
+            timer = make_timer(device, settings.samples)
+            for i in range(settings.samples):
+                timer.start(i)
+                probe.run()
+                timer.stop(i)
+            seconds = timer.seconds()
+            if settings.poison_after_runs:
+                probe.poison()
+            synchronize(device)
+            verified, detail = probe.verify()
+            return ProbeRun(seconds, probe.work(), verified, detail, probe.params())
+        finally:
+            probe.teardown()
+            if device.type == "cuda":
+                # Hand freed blocks back so the next probe (or the native backend) can use them.
+                torch.cuda.empty_cache()
+
+
+# --------------------------------------------------------------------------- sizing helpers
+
+
+def _reference_device(device: torch.device) -> torch.device:
+    """Where float64 references are computed: MPS has no float64 and some XPUs lack it, so use the CPU there."""
+    return device if device.type in ("cpu", "cuda") else torch.device("cpu")
+
+
+def _cpu_l3_bytes() -> int | None:
+    """Total last-level cache of the host: sysconf where Python exposes it, else Linux sysfs."""
+    name = "SC_LEVEL3_CACHE_SIZE"
+    if name in getattr(os, "sysconf_names", {}):
+        try:
+            size = os.sysconf(name)
+            if size > 0:
+                return int(size)
+        except (OSError, ValueError):
+            pass
+    # sysfs lists each L3 instance once per CPU that shares it: sum the distinct instances.
+    instances: dict[str, int] = {}
+    for cache in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            if (cache / "level").read_text().strip() != "3":
+                continue
+            shared = (cache / "shared_cpu_list").read_text().strip()
+            size = (cache / "size").read_text().strip()
+        except OSError:
+            continue
+        multiplier = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        digits = size.rstrip("KMG")
+        if digits.isdigit():
+            instances[shared] = int(digits) * multiplier
+    return sum(instances.values()) or None
+
+
+def _host_memory_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def default_buffer_bytes(device: torch.device) -> int:
+    """Per-buffer size for memory probes: several times the last-level cache, so runs stream from memory."""
+    if device.type == "cpu":
+        size = max(4 * (_cpu_l3_bytes() or 32 * MiB), 64 * MiB)
+        host = _host_memory_bytes()
+        # A copy needs two buffers plus a reference; never take more than an eighth of RAM.
+        return min(size, host // 8) if host else size
+    props = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+    elif device.type == "xpu":
+        props = torch.xpu.get_device_properties(device)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    if l2 <= 0:
+        return 256 * MiB
+    size = max(4 * l2, GiB)
+    total = int(getattr(props, "total_memory", 0) or 0)
+    return min(size, total // 8) if total else size
+
+
+# --------------------------------------------------------------------------- memory probes
+
+# Row length of the read probe's row sums: 2**16 values of at most 15 sum below 2**24,
+# so every partial sum is an exactly representable float32 integer in any order.
+_READ_ROW = 1 << 16
+_FILL_VALUE = 7.0
+
+
+class MemoryProbe(Probe):
+    """Streaming copy, read or write of fp32 buffers larger than the last-level cache."""
+
+    _DESCRIPTIONS = {
+        "copy": "dst.copy_(src) on fp32 buffers; reads and writes the buffer once",
+        "read": "row sums torch.sum(src, dim=1) into a small preallocated output; counts the read only",
+        "write": "dst.fill_(value) on an fp32 buffer; counts the write only",
+    }
+
+    def __init__(self, level: str, kind: str) -> None:
+        self.kind = kind
+        self.name = f"memory.{level}.{kind}"
+        self.description = self._DESCRIPTIONS[kind]
+        self._src: torch.Tensor | None = None
+        self._dst: torch.Tensor | None = None
+        self._reference: torch.Tensor | None = None
+        self._elements = 0
+
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        requested = settings.size_bytes if settings.size_bytes > 0 else default_buffer_bytes(device)
+        elements = max(requested // 4, 1)
+        if elements >= _READ_ROW:
+            elements -= elements % _READ_ROW
+        self._elements = elements
+        # Integers 1..15: never zero, and their sums are exact in float32 and float64.
+        if self.kind in ("copy", "read"):
+            self._src = torch.randint(1, 16, (elements,), dtype=torch.float32, device=device)
+        if self.kind in ("copy", "write"):
+            self._dst = torch.empty(elements, dtype=torch.float32, device=device)
+        if self.kind == "read":
+            rows = self._src_rows()
+            self._dst = torch.empty(rows.shape[0], dtype=torch.float32, device=device)
+            self._reference = self._row_sums_float64(rows)
+
+    def _src_rows(self) -> torch.Tensor:
+        assert self._src is not None
+        row = min(_READ_ROW, self._elements)
+        return self._src.view(-1, row)
+
+    @staticmethod
+    def _row_sums_float64(rows: torch.Tensor) -> torch.Tensor:
+        """Reference row sums in float64, a chunk of rows at a time to bound the extra memory."""
+        target = _reference_device(rows.device)
+        sums = torch.empty(rows.shape[0], dtype=torch.float64, device=target)
+        chunk = max(1, (64 * MiB) // (rows.shape[1] * 8))
+        for first in range(0, rows.shape[0], chunk):
+            part = rows[first : first + chunk].to(target, torch.float64)
+            sums[first : first + chunk] = part.sum(dim=1)
+        return sums
+
+    def work(self) -> Work:
+        size = self._elements * 4.0
+        if self.kind == "copy":
+            return Work(bytes_read=size, bytes_written=size)
+        if self.kind == "read":
+            return Work(bytes_read=size)
+        return Work(bytes_written=size)
+
+    def poison(self) -> None:
+        assert self._dst is not None
+        self._dst.fill_(math.nan)
+
+    def run(self) -> None:
+        assert self._dst is not None
+        if self.kind == "copy":
+            self._dst.copy_(self._src)
+        elif self.kind == "read":
+            torch.sum(self._src_rows(), dim=1, dtype=torch.float32, out=self._dst)
+        else:
+            self._dst.fill_(_FILL_VALUE)
+
+    def verify(self) -> tuple[bool, str]:
+        assert self._dst is not None
+        if self.kind == "copy":
+            ok = bool(torch.equal(self._dst, self._src))
+            return ok, "destination equals source" if ok else "destination differs from source"
+        if self.kind == "write":
+            wrong = int((self._dst != _FILL_VALUE).sum().item())
+            ok = wrong == 0
+            return ok, f"all {self._elements} elements equal {_FILL_VALUE}" if ok else f"{wrong} elements differ"
+        assert self._reference is not None
+        got = self._dst.to(self._reference.device, torch.float64)
+        wrong = int((got != self._reference).sum().item())  # NaN != x, so poison always counts
+        ok = wrong == 0
+        rows = self._reference.numel()
+        return ok, f"{rows} row sums equal the float64 reference" if ok else f"{wrong} of {rows} row sums differ"
+
+    def params(self) -> Params:
+        params = {
+            "buffer_bytes": str(self._elements * 4),
+            "elements": str(self._elements),
+            "dtype": "fp32",
+            "op": {"copy": "Tensor.copy_", "read": "torch.sum(dim=1, out=)", "write": "Tensor.fill_"}[self.kind],
+        }
+        if self.kind == "read":
+            params["row_length"] = str(min(_READ_ROW, self._elements))
+        return params
+
+    def teardown(self) -> None:
+        self._src = self._dst = self._reference = None
+
+
+# --------------------------------------------------------------------------- library matmul
+
+_MATMUL_DTYPES = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "fp16": torch.float16,
+    "fp16acc16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+# Relative Frobenius error bounds of the method; NaN never passes.
+_MATMUL_TOLERANCE = {"fp32": 1e-5, "tf32": 5e-3, "fp16": 1e-2, "bf16": 1e-2, "fp16acc16": 5e-2}
+_VERIFY_ROWS = 32
+
+
+def _set_tf32(enabled: bool) -> Callable[[], None]:
+    """Set cuBLAS TF32 for fp32 matmul; returns the function that restores the previous setting."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        previous = matmul.allow_tf32
+    except RuntimeError:
+        # torch >= 2.9 refuses the legacy read once the newer fp32_precision API was used: stay on that API.
+        previous_precision = matmul.fp32_precision
+        matmul.fp32_precision = "tf32" if enabled else "ieee"
+        return lambda: setattr(matmul, "fp32_precision", previous_precision)
+    matmul.allow_tf32 = enabled
+    return lambda: setattr(matmul, "allow_tf32", previous)
+
+
+def _set_fp16_accumulation(enabled: bool) -> Callable[[], None]:
+    """Set cuBLAS fp16 accumulation where torch has the flag; returns the restore function."""
+    matmul = torch.backends.cuda.matmul
+    if not hasattr(matmul, "allow_fp16_accumulation"):
+        return lambda: None
+    previous = matmul.allow_fp16_accumulation
+    matmul.allow_fp16_accumulation = enabled
+    return lambda: setattr(matmul, "allow_fp16_accumulation", previous)
+
+
+def _has_fp16_accumulation_flag() -> bool:
+    try:
+        return hasattr(torch.backends.cuda.matmul, "allow_fp16_accumulation")
+    except RuntimeError:
+        return False
+
+
+def _cpu_has_fast_bf16() -> bool:
+    """Whether oneDNN has bf16 kernels for this CPU; without them torch's fallback is ~100x slower than fp32."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True  # no oneDNN check in this build: let it run
+
+
+_dtype_trial_cache: dict[tuple[str, str], str | None] = {}
+
+
+def _dtype_trial(device: torch.device, dtype: torch.dtype) -> str | None:
+    """On accelerators without a capability query (xpu, mps, ...), try a tiny matmul once."""
+    key = (str(device), str(dtype))
+    if key not in _dtype_trial_cache:
+        try:
+            a = torch.ones(8, 8, dtype=dtype, device=device)
+            torch.matmul(a, a)
+            synchronize(device)
+            _dtype_trial_cache[key] = None
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            _dtype_trial_cache[key] = f"{dtype} matmul fails on {device.type}: {str(exc).splitlines()[0]}"
+    return _dtype_trial_cache[key]
+
+
+class LibraryMatmulProbe(Probe):
+    """Square GEMM through torch.matmul (cuBLAS/hipBLASLt/oneDNN/MPS...): what the vendor library delivers."""
+
+    def __init__(self, variant: str) -> None:
+        self.variant = variant
+        self.dtype = _MATMUL_DTYPES[variant]
+        self.name = f"compute.library.{variant}"
+        accumulate = "fp16" if variant == "fp16acc16" else "fp32"
+        self.description = f"torch.matmul of square {variant} matrices, {accumulate} accumulation, preallocated output"
+        self._a = self._b = self._out = None
+        self._n = 0
+        self._restore: list[Callable[[], None]] = []
+        self._flags: Params = {}
+
+    def waiver(self, device: torch.device) -> str | None:
+        variant, kind = self.variant, device.type
+        if variant in ("tf32", "fp16acc16") and kind != "cuda":
+            return f"{variant} is a cuBLAS mode set through torch.backends.cuda; it does not apply to {kind}"
+        if kind == "cpu":
+            if variant == "fp16":
+                return "torch has no fast fp16 matmul for CPUs (seconds per run at N=1024); not measured"
+            if variant == "bf16" and not _cpu_has_fast_bf16():
+                return "this CPU has no oneDNN bf16 kernels; torch's fallback bf16 matmul is too slow to measure"
+            return None
+        if kind == "cuda":
+            is_rocm = torch.version.hip is not None
+            if variant == "tf32":
+                if is_rocm:
+                    return "TF32 through torch.backends.cuda.matmul.allow_tf32 is not dependable on ROCm builds"
+                if torch.cuda.get_device_capability(device) < (8, 0):
+                    return "TF32 needs compute capability 8.0 or newer"
+            if variant == "fp16acc16":
+                if is_rocm:
+                    return "torch.backends.cuda.matmul.allow_fp16_accumulation applies to cuBLAS only, not ROCm"
+                if not _has_fp16_accumulation_flag():
+                    return f"torch {torch.__version__} has no torch.backends.cuda.matmul.allow_fp16_accumulation"
+            if variant == "bf16":
+                try:
+                    native = torch.cuda.is_bf16_supported(including_emulation=False)
+                except TypeError:
+                    native = torch.cuda.is_bf16_supported()
+                if not native:
+                    return "the device has no native bf16 matmul"
+            return None
+        return _dtype_trial(device, self.dtype)
+
+    def _size(self, settings: RunSettings, device: torch.device) -> int:
+        if settings.size_bytes > 0:
+            n = int(math.isqrt(settings.size_bytes // (3 * self.dtype.itemsize)))
+        else:
+            n = 1024 if device.type == "cpu" else 8192
+        return max(64, n - n % 64)
+
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        n = self._n = self._size(settings, device)
+        # Normal data in fp32, then rounded to the probe's dtype: non-zero, well-scaled, exact reference inputs.
+        self._a = torch.randn(n, n, device=device).to(self.dtype)
+        self._b = torch.randn(n, n, device=device).to(self.dtype)
+        self._out = torch.empty(n, n, dtype=self.dtype, device=device)
+        self._flags = {}
+        if device.type == "cuda":
+            if self.dtype == torch.float32:
+                tf32 = self.variant == "tf32"
+                self._restore.append(_set_tf32(tf32))
+                self._flags["allow_tf32"] = str(tf32)
+            if self.dtype == torch.float16 and _has_fp16_accumulation_flag():
+                fp16_acc = self.variant == "fp16acc16"
+                self._restore.append(_set_fp16_accumulation(fp16_acc))
+                self._flags["allow_fp16_accumulation"] = str(fp16_acc)
+            if self.dtype == torch.float16:
+                value = torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+                self._flags["allow_fp16_reduced_precision_reduction"] = str(value)
+            if self.dtype == torch.bfloat16:
+                value = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+                self._flags["allow_bf16_reduced_precision_reduction"] = str(value)
+
+    def work(self) -> Work:
+        return Work(flops=2.0 * self._n**3)
+
+    def poison(self) -> None:
+        assert self._out is not None
+        self._out.fill_(math.nan)
+
+    def run(self) -> None:
+        torch.matmul(self._a, self._b, out=self._out)
+
+    def verify(self) -> tuple[bool, str]:
+        assert self._a is not None and self._b is not None and self._out is not None
+        n = self._n
+        rows = torch.arange(0, n, max(1, n // _VERIFY_ROWS), device=self._a.device)
+        target = _reference_device(self._a.device)
+        reference = self._a[rows].to(target, torch.float64) @ self._b.to(target, torch.float64)
+        got = self._out[rows].to(target, torch.float64)
+        error = float(torch.linalg.norm(got - reference) / torch.linalg.norm(reference))
+        tolerance = _MATMUL_TOLERANCE[self.variant]
+        ok = math.isfinite(error) and error < tolerance  # NaN compares False: never passes
+        verdict = "<" if ok else "not <"
+        return ok, f"relative Frobenius error {error:.3g} {verdict} {tolerance:g} over {rows.numel()} sampled rows"
+
+    def params(self) -> Params:
+        n = str(self._n)
+        return {
+            "M": n,
+            "N": n,
+            "K": n,
+            "dtype": self.variant,
+            "accumulate": "fp16" if self.variant == "fp16acc16" else "fp32",
+            "op": "torch.matmul(out=)",
+            **self._flags,
+        }
+
+    def teardown(self) -> None:
+        while self._restore:
+            self._restore.pop()()
+        self._a = self._b = self._out = None
+
+
+# --------------------------------------------------------------------------- host <-> device transfers
+
+_pinning_cache: dict[str, str | None] = {}
+
+
+def _pinning_waiver(device: torch.device) -> str | None:
+    """Why page-locked host memory is unavailable for `device`, or None (tried once per device type)."""
+    if device.type not in _pinning_cache:
+        try:
+            trial = torch.empty(16, dtype=torch.uint8).pin_memory()
+            _pinning_cache[device.type] = None if trial.is_pinned() else "pin_memory() returned pageable memory"
+        except (RuntimeError, NotImplementedError) as exc:
+            _pinning_cache[device.type] = f"pinned host memory is not available: {str(exc).splitlines()[0]}"
+    return _pinning_cache[device.type]
+
+
+class TransferProbe(Probe):
+    """Host-to-device or device-to-host copy_ of one buffer, from pinned or pageable host memory."""
+
+    def __init__(self, direction: str, host_memory: str) -> None:
+        self.direction = direction  # "h2d" or "d2h"
+        self.pinned = host_memory == "pinned"
+        self.name = f"transfer.{direction}.{host_memory}"
+        towards = "host to device" if direction == "h2d" else "device to host"
+        self.description = f"{towards} copy_(non_blocking=True) with {host_memory} host memory; payload counted once"
+        self._src: torch.Tensor | None = None
+        self._dst: torch.Tensor | None = None
+        self._elements = 0
+
+    def waiver(self, device: torch.device) -> str | None:
+        if device.type == "cpu":
+            return "host and device are the same memory"
+        if self.pinned:
+            return _pinning_waiver(device)
+        return None
+
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        size = settings.size_bytes if settings.size_bytes > 0 else 256 * MiB
+        self._elements = elements = max(size // 4, 1)
+        host_data = torch.randint(1, 16, (elements,), dtype=torch.float32)
+        host = host_data.pin_memory() if self.pinned else host_data
+        if self.direction == "h2d":
+            self._src = host
+            self._dst = torch.empty(elements, dtype=torch.float32, device=device)
+        else:
+            self._src = host.to(device)
+            self._dst = torch.empty(elements, dtype=torch.float32, pin_memory=self.pinned)
+
+    def work(self) -> Work:
+        return Work(bytes_read=self._elements * 4.0)
+
+    def poison(self) -> None:
+        assert self._dst is not None
+        self._dst.fill_(math.nan)
+
+    def run(self) -> None:
+        assert self._dst is not None
+        self._dst.copy_(self._src, non_blocking=True)
+
+    def verify(self) -> tuple[bool, str]:
+        assert self._src is not None and self._dst is not None
+        # Compare on the host: a copy back, outside timing.
+        ok = bool(torch.equal(self._dst.cpu(), self._src.cpu()))
+        return ok, "copy back equals the source" if ok else "copy back differs from the source"
+
+    def params(self) -> Params:
+        return {
+            "buffer_bytes": str(self._elements * 4),
+            "host_memory": "pinned" if self.pinned else "pageable",
+            "op": "Tensor.copy_(non_blocking=True)",
+            "counting": "payload bytes once",
+        }
+
+    def teardown(self) -> None:
+        self._src = self._dst = None
+
+
+# --------------------------------------------------------------------------- backend
+
+
+def _make_probes(device: torch.device) -> dict[str, Probe]:
+    level = memory_level(device)
+    probes: list[Probe] = [MemoryProbe(level, kind) for kind in ("copy", "read", "write")]
+    probes += [LibraryMatmulProbe(variant) for variant in _MATMUL_DTYPES]
+    probes += [TransferProbe(d, h) for d in ("h2d", "d2h") for h in ("pinned", "pageable")]
+    return {p.name: p for p in probes}
+
+
+class PortableBackend(Backend):
+    """Measurements made with plain torch ops; results say backend 'torch-<device type>'."""
+
+    family = "torch"
+
+    def probe_names(self, device: torch.device) -> list[str]:
+        return list(_make_probes(device))
+
+    def _probe(self, name: str, device: torch.device) -> Probe:
+        probes = _make_probes(device)
+        if name not in probes:
+            raise KeyError(f"no portable probe {name!r} for {device.type}; known: {', '.join(probes)}")
+        return probes[name]
+
+    def describe(self, name: str, device: torch.device) -> str:
+        return self._probe(name, device).description
+
+    def waiver(self, name: str, device: torch.device) -> str | None:
+        return self._probe(name, device).waiver(device)
+
+    def measure(self, name: str, device: torch.device, settings: RunSettings) -> Measurement:
+        run = run_probe(self._probe(name, device), device, settings)
+        return Measurement.from_samples(
+            name,
+            sample_seconds=run.sample_seconds,
+            bytes_read=run.work.bytes_read,
+            bytes_written=run.work.bytes_written,
+            flops=run.work.flops,
+            backend=self.backend_name(device),
+            device=str(device),
+            verified=run.verified,
+            verify_detail=run.verify_detail,
+            params=run.params,
+        )

@@ -1,0 +1,37 @@
+"""Real model runs, timed and accounted for, to place on the measured roofline."""
+
+from __future__ import annotations
+
+from pygpuperf.workloads.accounting import count_step
+from pygpuperf.workloads.base import BuiltWorkload, Workload, run_workload
+from pygpuperf.workloads.vision import RESNET18_TRAIN_SMALL, RESNET50_TRAIN_AMP
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (RESNET50_TRAIN_AMP, RESNET18_TRAIN_SMALL)}
+
+#: What runs when none is named: the full model on accelerators, the small one on a CPU.
+DEFAULT_WORKLOAD = {"cpu": RESNET18_TRAIN_SMALL.name, "other": RESNET50_TRAIN_AMP.name}
+
+
+def default_workload_name(device_type: str) -> str:
+    """The workload run by default on a device type."""
+    return DEFAULT_WORKLOAD.get(device_type, DEFAULT_WORKLOAD["other"])
+
+
+def get_workload(name: str) -> Workload:
+    """The registered workload called `name`; KeyError lists the valid names."""
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise KeyError(f"unknown workload {name!r}; valid names: {', '.join(sorted(WORKLOADS))}") from None
+
+
+__all__ = [
+    "BuiltWorkload",
+    "DEFAULT_WORKLOAD",
+    "WORKLOADS",
+    "Workload",
+    "count_step",
+    "default_workload_name",
+    "get_workload",
+    "run_workload",
+]

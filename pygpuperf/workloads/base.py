@@ -1,0 +1,98 @@
+"""The workload interface and the one loop that times a workload's steps."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from pygpuperf.backends.portable import make_timer, synchronize
+from pygpuperf.results import Stats, WorkloadResult
+from pygpuperf.workloads.accounting import BYTES_NOTE, FLOPS_NOTE, count_step
+
+
+@dataclass
+class BuiltWorkload:
+    """A ready-to-run workload: one call of `step` is one training (or inference) step."""
+
+    step: Callable[[], Any]
+    samples_per_step: int
+    params: dict[str, str]
+    notes: list[str] = field(default_factory=list)
+
+
+class Workload(ABC):
+    """A real model run that can be placed on the measured roofline."""
+
+    name: str
+    description: str
+
+    @abstractmethod
+    def build(self, device: torch.device, batch_size: int | None = None, **knobs: Any) -> BuiltWorkload:
+        """Create model, data and optimizer on `device`; batch_size None takes the workload's default."""
+
+    def default_steps(self, device: torch.device) -> tuple[int, int]:
+        """(warm-up steps, timed steps): few on a CPU, where each step takes long."""
+        return (3, 5) if device.type == "cpu" else (10, 30)
+
+
+def run_workload(
+    workload: Workload,
+    device: torch.device | str,
+    batch_size: int | None = None,
+    warmup: int | None = None,
+    steps: int | None = None,
+) -> WorkloadResult:
+    """Build `workload`, warm it up while counting one steady-state step, then time `steps` steps.
+
+    Step times come from device events on 'cuda' and from the wall clock with the
+    device synchronized around each step elsewhere. The roofline placement fields
+    of the result are left None: they depend on the machine model.
+    """
+    device = torch.device(device)
+    default_warmup, default_steps = workload.default_steps(device)
+    warmup = default_warmup if warmup is None else warmup
+    steps = default_steps if steps is None else steps
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be non-negative, got {warmup}")
+
+    built = workload.build(device, batch_size)
+    # The first step differs from the rest (optimizer state is created), so count the second one.
+    # Counting runs the step under dispatch modes (slow): once, outside timing, where it also
+    # serves as one more warm-up step (early steps pay for allocation and page faults).
+    if warmup > 0:
+        built.step()
+    flops, nbytes = count_step(built.step)
+    for _ in range(max(warmup - 1, 0)):
+        built.step()
+    synchronize(device)
+
+    timer = make_timer(device, steps)
+    for i in range(steps):
+        timer.start(i)
+        built.step()
+        timer.stop(i)
+    step_time = Stats.of(timer.seconds())
+
+    params = dict(built.params)
+    params["warmup_steps"] = str(warmup)
+    params["timed_steps"] = str(steps)
+    achieved = flops / step_time.median / 1e12
+    intensity = flops / nbytes if nbytes > 0 else math.inf
+    return WorkloadResult(
+        name=workload.name,
+        device=str(device),
+        params=params,
+        step_time=step_time,
+        samples_per_second=built.samples_per_step / step_time.median,
+        flops_per_step=flops,
+        bytes_per_step=nbytes,
+        achieved_tflops=achieved,
+        intensity=intensity,
+        notes=[*built.notes, FLOPS_NOTE, BYTES_NOTE],
+    )

@@ -1,0 +1,102 @@
+"""GPU tests: the CUDA probes, the portable backend on CUDA, and the main command on a GPU.
+
+Run on a GPU machine with `pytest -m gpu`; they skip elsewhere.
+"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pygpuperf import io, meta, native, peaks
+from pygpuperf.backends.base import RunSettings
+from pygpuperf.backends.native import NativeBackend
+from pygpuperf.backends.portable import PortableBackend
+
+pytestmark = pytest.mark.gpu
+
+GPU = torch.device("cuda", 0)
+CUDA_PROBES = ["memory.hbm.read", "memory.hbm.write", "memory.hbm.copy", "compute.tensor.fp16.acc32",
+               "compute.tensor.fp16.acc16", "transfer.h2d.pinned", "transfer.d2h.pinned"]
+QUICK = RunSettings(warmup=2, samples=10)
+
+
+@pytest.fixture(scope="module")
+def device_meta():
+    return meta.device_facts(GPU)
+
+
+def test_every_first_cuda_probe_is_registered():
+    assert set(CUDA_PROBES) <= set(native.list_probes("cuda"))
+
+
+@pytest.mark.parametrize("name", CUDA_PROBES)
+def test_cuda_probe_verifies_and_stays_under_its_peak(name, device_meta):
+    backend = NativeBackend()
+    assert backend.waiver(name, GPU) is None
+    m = backend.measure(name, GPU, QUICK)
+    assert m.verified, m.verify_detail
+    assert m.value > 0 and m.stats.n == QUICK.samples
+    assert m.backend == "native-cuda"
+    peak = peaks.theoretical_peak(name, device_meta)
+    if peak is not None:
+        assert m.value <= peak.value * 1.02, f"{m.value} {m.unit} above the {peak.source} peak {peak.value}"
+
+
+@pytest.mark.parametrize("name", CUDA_PROBES)
+def test_cuda_probe_detects_unwritten_output(name):
+    run = native.run_probe(name, GPU, warmup=1, samples=2, poison_after_runs=True)
+    assert not run.verified, f"{name} verification passed on poisoned output: {run.verify_detail}"
+
+
+def test_hbm_buffers_are_at_least_four_times_l2():
+    props = torch.cuda.get_device_properties(GPU)
+    run = native.run_probe("memory.hbm.copy", GPU, warmup=1, samples=2)
+    assert run.bytes_read >= 4 * props.L2_cache_size
+
+
+def test_hbm_copy_reaches_half_the_theoretical_bandwidth(device_meta):
+    peak = peaks.theoretical_peak("memory.hbm.copy", device_meta)
+    if peak is None:
+        pytest.skip("NVML gives no memory clock or bus width here")
+    m = NativeBackend().measure("memory.hbm.copy", GPU, QUICK)
+    assert m.value > 0.5 * peak.value
+
+
+def test_cuda_errors_arrive_as_exceptions_with_error_name_and_site():
+    with pytest.raises(RuntimeError) as info:
+        native.run_probe("memory.hbm.copy", GPU, warmup=0, samples=1, size_bytes=1 << 50)  # 1 PiB
+    text = str(info.value)
+    assert "cudaErrorMemoryAllocation" in text or "waived" in text
+    assert ".cpp:" in text or ".cu:" in text or "waived" in text
+
+
+@pytest.mark.parametrize("name", ["memory.hbm.copy", "memory.hbm.read", "memory.hbm.write", "compute.library.fp16",
+                                  "compute.library.bf16", "transfer.h2d.pinned", "transfer.d2h.pinned"])
+def test_portable_backend_on_cuda(name):
+    backend = PortableBackend()
+    assert backend.waiver(name, GPU) is None
+    m = backend.measure(name, GPU, QUICK)
+    assert m.verified, m.verify_detail
+    assert m.backend == "torch-cuda" and m.value > 0
+
+
+def test_native_and_portable_copy_agree(device_meta):
+    nat = NativeBackend().measure("memory.hbm.copy", GPU, QUICK)
+    port = PortableBackend().measure("memory.hbm.copy", GPU, QUICK)
+    assert 0.5 < nat.value / port.value < 2.0
+
+
+def test_main_command_on_gpu(tmp_path):
+    out = tmp_path / "gpu"
+    proc = subprocess.run([sys.executable, "-m", "pygpuperf.roofline", "--device", "cuda:0", "--quick", "--model",
+                           "none", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = io.load_results(out / "results.json")
+    assert results.meta["device"]["multiprocessor_count"] > 0
+    backends = {m.backend for m in results.measurements if m.usable}
+    assert "native-cuda" in backends
+    assert results.machine_model.memory["hbm"].value > 0
+    assert results.machine_model.compute["tensor.fp16.acc32"].value > 0
+    assert not [f for f in results.findings if f.severity == "error"], results.findings

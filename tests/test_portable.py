@@ -1,0 +1,128 @@
+"""The portable (torch-op) backend on the CPU: every probe measures and verifies, or is waived with a reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from pygpuperf.backends.base import RunSettings
+from pygpuperf.backends.portable import LibraryMatmulProbe, PortableBackend, run_probe
+
+CPU = torch.device("cpu")
+BUFFER_BYTES = 8 << 20  # small buffers keep the suite fast on two cores
+SETTINGS = RunSettings(warmup=1, samples=5, size_bytes=BUFFER_BYTES)
+MATMUL_N = 256
+MATMUL_SETTINGS = RunSettings(warmup=1, samples=3, size_bytes=3 * 4 * MATMUL_N * MATMUL_N)
+
+backend = PortableBackend()
+NAMES = backend.probe_names(CPU)
+RUNNABLE = [n for n in NAMES if backend.waiver(n, CPU) is None]
+
+
+def settings_for(name: str, **changes: object) -> RunSettings:
+    base = MATMUL_SETTINGS if name.startswith("compute.") else SETTINGS
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_cpu_probe_names_cover_every_family() -> None:
+    assert {"memory.dram.copy", "memory.dram.read", "memory.dram.write"} <= set(NAMES)
+    assert "compute.library.fp32" in NAMES
+    assert {n for n in NAMES if n.startswith("transfer.")} == {
+        "transfer.h2d.pinned",
+        "transfer.d2h.pinned",
+        "transfer.h2d.pageable",
+        "transfer.d2h.pageable",
+    }
+    assert backend.backend_name(CPU) == "torch-cpu"
+    for name in NAMES:
+        assert backend.describe(name, CPU)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_probe_measures_verified_or_is_waived(name: str) -> None:
+    reason = backend.waiver(name, CPU)
+    if reason is not None:
+        assert reason.strip(), f"{name} waived without a reason"
+        with pytest.raises(RuntimeError, match="waived"):
+            backend.measure(name, CPU, settings_for(name))
+        return
+    m = backend.measure(name, CPU, settings_for(name))
+    assert m.verified, m.verify_detail
+    assert m.usable
+    assert m.backend == "torch-cpu" and m.device == "cpu" and m.name == name
+    assert m.stats.n == len(m.sample_seconds) == settings_for(name).samples
+    assert math.isfinite(m.value) and m.value > 0
+    assert all(s > 0 for s in m.sample_seconds)
+    assert m.params
+
+
+def test_exact_work_accounting() -> None:
+    copy = backend.measure("memory.dram.copy", CPU, SETTINGS)
+    assert copy.bytes_read == copy.bytes_written == BUFFER_BYTES
+    assert copy.flops == 0
+    assert copy.params["buffer_bytes"] == str(BUFFER_BYTES)
+    read = backend.measure("memory.dram.read", CPU, SETTINGS)
+    assert read.bytes_read == BUFFER_BYTES and read.bytes_written == 0
+    write = backend.measure("memory.dram.write", CPU, SETTINGS)
+    assert write.bytes_read == 0 and write.bytes_written == BUFFER_BYTES
+    matmul = backend.measure("compute.library.fp32", CPU, MATMUL_SETTINGS)
+    n = int(matmul.params["N"])
+    assert n == MATMUL_N and matmul.params["M"] == matmul.params["K"] == str(n)
+    assert matmul.flops == 2 * n**3
+    assert matmul.bytes_read == matmul.bytes_written == 0
+    assert matmul.unit == "TFLOP/s"
+
+
+def test_cpu_values_are_plausible() -> None:
+    copy = backend.measure("memory.dram.copy", CPU, SETTINGS)
+    assert copy.unit == "GB/s"
+    assert 0.1 < copy.value < 1000
+    # The reported value is the median of per-sample throughputs from the one formula.
+    per_sample = sorted((copy.bytes_read + copy.bytes_written) / s / 1e9 for s in copy.sample_seconds)
+    assert copy.value == pytest.approx(per_sample[len(per_sample) // 2])
+    matmul = backend.measure("compute.library.fp32", CPU, MATMUL_SETTINGS)
+    assert 1e-4 < matmul.value < 1000  # TFLOP/s
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_poison_after_runs_fails_verification(name: str) -> None:
+    m = backend.measure(name, CPU, settings_for(name, poison_after_runs=True))
+    assert not m.verified, f"{name} verified although its outputs were poisoned: {m.verify_detail}"
+    assert not m.usable
+
+
+def test_cpu_waivers_name_their_reason() -> None:
+    for name in ("transfer.h2d.pinned", "transfer.d2h.pageable"):
+        assert "same memory" in backend.waiver(name, CPU)
+    assert backend.waiver("compute.library.fp16", CPU)
+    assert backend.waiver("compute.library.tf32", CPU)
+    assert backend.waiver("compute.library.fp16acc16", CPU)
+    assert backend.waiver("compute.library.fp32", CPU) is None
+
+
+@pytest.mark.parametrize("variant", ["bf16", "fp16"])
+def test_low_precision_matmul_verification_when_forced(variant: str) -> None:
+    """The low-precision check itself, on a tiny product (these dtypes are slow on most CPUs)."""
+    probe = LibraryMatmulProbe(variant)
+    probe.waiver = lambda device: None  # type: ignore[method-assign]
+    tiny = RunSettings(warmup=0, samples=1, size_bytes=3 * 2 * 64 * 64)
+    good = run_probe(probe, CPU, tiny)
+    assert good.verified, good.verify_detail
+    assert good.params["dtype"] == variant and good.params["accumulate"] == "fp32"
+    poisoned = run_probe(probe, CPU, dataclasses.replace(tiny, poison_after_runs=True))
+    assert not poisoned.verified
+
+
+def test_unknown_probe_and_bad_settings() -> None:
+    with pytest.raises(KeyError, match="memory.dram.copy"):
+        backend.waiver("memory.dram.nonsense", CPU)
+    with pytest.raises(ValueError, match="samples"):
+        backend.measure("memory.dram.copy", CPU, RunSettings(samples=0, size_bytes=BUFFER_BYTES))
+
+
+def test_matmul_size_from_size_bytes_is_a_multiple_of_64() -> None:
+    m = backend.measure("compute.library.fp32", CPU, RunSettings(warmup=0, samples=1, size_bytes=3 * 4 * 200 * 200))
+    assert m.params["N"] == "192"
