@@ -94,8 +94,9 @@ def _measure(probes, device, settings, measurements, console: Console) -> None:
 def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    err = Console(stderr=True)
-    out_console = err if args.json else Console()
+    # Logs and pipes get a fixed wide layout; a terminal keeps its own width.
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
+    out_console = err if args.json else Console(width=None if sys.stdout.isatty() else 150)
     device = resolve_device(args.device)
     if args.list:
         _list(device, out_console)

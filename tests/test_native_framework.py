@@ -37,7 +37,7 @@ def test_bad_arguments_raise_instead_of_crashing():
         native.run_probe("memory.dram.copy", CPU, samples=0)
     with pytest.raises(RuntimeError, match="warmup must be non-negative"):
         native.run_probe("memory.dram.copy", CPU, warmup=-1)
-    with pytest.raises(RuntimeError, match="cpu or cuda"):
+    with pytest.raises(RuntimeError, match="'cpu' or 'cuda'"):
         native.list_probes("tpu")
 
 

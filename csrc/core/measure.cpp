@@ -42,8 +42,8 @@ MeasureResult measure(Probe& probe, const Device& dev, const RunConfig& cfg) {
   PGP_CHECK(cfg.size_bytes >= 0, "size_bytes must be non-negative");
   if (auto reason = probe.waiver(dev)) throw Error("probe '" + probe.name() + "' is waived: " + *reason);
 
+  TeardownGuard guard{probe};  // also when setup() throws halfway
   probe.setup(dev, cfg);
-  TeardownGuard guard{probe};
   if (!cfg.poison_after_runs) probe.poison();
   for (int i = 0; i < cfg.warmup; ++i) probe.run();
 

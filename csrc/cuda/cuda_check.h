@@ -10,9 +10,11 @@
 #define PGP_CUDA_CHECK(expr)                                                                  \
   do {                                                                                        \
     cudaError_t pgp_err_ = (expr);                                                            \
-    if (pgp_err_ != cudaSuccess)                                                              \
+    if (pgp_err_ != cudaSuccess) {                                                            \
+      cudaGetLastError(); /* clear it, or the next launch check reports this error again */   \
       ::pgp::throw_error(std::string(cudaGetErrorName(pgp_err_)) + " (" +                     \
                              cudaGetErrorString(pgp_err_) + ") in " + #expr, __FILE__, __LINE__); \
+    }                                                                                         \
   } while (0)
 
 // After a kernel launch: catches bad launch configurations and missing kernel images.

@@ -10,6 +10,8 @@ from rich.table import Table
 from pygpuperf import peaks
 from pygpuperf.results import Measurement, Results
 
+# Workload parameters worth a place in the one-line summary (all of them are in results.json).
+_WORKLOAD_KEYS = ("batch_size", "image_size", "precision", "memory_format")
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -65,7 +67,7 @@ def print_summary(results: Results, console: Console) -> None:
                 console.print(f"  ridge point {key} vs {dram}: {ridge:.1f} FLOP/B")
     for w in results.workloads:
         console.print(
-            f"\n[bold]{w.name}[/bold] ({', '.join(f'{k}={v}' for k, v in w.params.items())}): "
+            f"\n[bold]{w.name}[/bold] ({', '.join(f'{k}={w.params[k]}' for k in _WORKLOAD_KEYS if k in w.params)}): "
             f"{_fmt(w.samples_per_second)} samples/s, step {1e3 * w.step_time.median:.2f} ms "
             f"(CV {100 * w.step_time.cv:.1f}%), {_fmt(w.achieved_tflops, 2)} TFLOP/s achieved at "
             f"{_fmt(w.intensity)} FLOP/B (counted); roofline allows {_fmt(w.attainable_tflops, 2)} TFLOP/s "

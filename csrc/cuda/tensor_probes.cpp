@@ -1,0 +1,239 @@
+// Tensor-core throughput probes: mma.sync m16n8k16 with fp16 inputs, fp32 or fp16
+// accumulators, operands in registers. Inputs are small multiples of 1/4 (A, B) and
+// 1/16 (C), so every partial result is exact in fp16 and fp32 and the kernel's output
+// must equal C + A * B bit for bit; verify() checks every value written.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/registry.h"
+#include "cuda/cuda_probe.h"
+#include "cuda/kernels.h"
+
+namespace pgp::cuda {
+namespace {
+
+constexpr int kM = 16, kN = 8, kK = 16;
+constexpr double kFlopsPerMma = 2.0 * kM * kN * kK;
+// ~3-7 ms per run on an H200 at ~600 TFLOP/s with 8 blocks of 4 warps per SM.
+constexpr int kDefaultIters = 8192;
+// Enough warps per SM sub-partition to hide mma latency; more only lengthens a run.
+constexpr int kMaxBlocksPerSm = 8;
+constexpr uint64_t kSeedA = 0x4D4D4131365F4101ull;
+constexpr uint64_t kSeedB = 0x4D4D4131365F4202ull;
+constexpr uint64_t kSeedC = 0x4D4D4131365F4303ull;
+
+// fp16 bits of v, which must be exactly representable as a normal fp16 (or zero).
+uint16_t exact_half_bits(double v) {
+  if (v == 0.0) return 0;
+  const uint16_t sign = v < 0 ? 0x8000 : 0;
+  int exponent = 0;
+  const double fraction = std::frexp(std::fabs(v), &exponent);  // |v| = fraction * 2^exponent, fraction in [0.5, 1)
+  const int biased = exponent - 1 + 15;
+  const double mantissa = (fraction * 2.0 - 1.0) * 1024.0;
+  PGP_CHECK(biased >= 1 && biased <= 30 && mantissa == std::floor(mantissa),
+            "value " + std::to_string(v) + " is not an exact normal fp16");
+  return static_cast<uint16_t>(sign | (biased << 10) | static_cast<uint16_t>(mantissa));
+}
+
+double half_bits_value(uint16_t bits) {
+  const int exponent = (bits >> 10) & 0x1F;
+  const int mantissa = bits & 0x3FF;
+  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
+  if (exponent == 0x1F) return mantissa ? NAN : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+std::string format_value(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", v);
+  return text;
+}
+
+class MmaSyncProbe : public CudaProbe {
+ public:
+  std::string name() const final { return is_f32() ? "compute.tensor.fp16.acc32" : "compute.tensor.fp16.acc16"; }
+  std::string description() const final {
+    return std::string("Tensor-core FP16 throughput, mma.sync m16n8k16 with ") + (is_f32() ? "fp32" : "fp16") +
+           " accumulators, operands in registers";
+  }
+
+  std::optional<std::string> waiver(const Device& dev) const final {
+    if (auto reason = device_unavailable_reason(dev.index); !reason.empty()) return reason;
+    int major = 0, minor = 0;
+    PGP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev.index));
+    PGP_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev.index));
+    if (major < 8)
+      return "mma.sync m16n8k16 with fp16 inputs needs compute capability 8.0 or newer; device has " +
+             std::to_string(major) + "." + std::to_string(minor);
+    if (auto reason = missing_kernel_image_reason(mma_kernel(acc_), dev.index); !reason.empty()) return reason;
+    return std::nullopt;
+  }
+
+  void setup(const Device& dev, const RunConfig& cfg) final {
+    begin_setup(dev);
+    const int sms = facts().sm_count;
+    blocks_per_sm_ = std::min(occupancy_grid(mma_kernel(acc_), kMmaBlock) / sms, kMaxBlocksPerSm);
+    grid_ = blocks_per_sm_ * sms;
+    warps_ = static_cast<size_t>(grid_) * (kMmaBlock / 32);
+    make_inputs();
+    out_ = DeviceBuffer<uint8_t>(out_values() * value_bytes());
+    synchronize();  // the uploads read host vectors that setup owns
+  }
+
+  Work work() const final {
+    Work w;
+    w.flops = static_cast<double>(warps_) * accumulators_ * (2.0 * iters_ + 1.0) * kFlopsPerMma;
+    return w;
+  }
+
+  void poison() final { poison_bytes(out_.get(), out_.bytes(), cuda_stream()); }
+
+  void run() final {
+    launch_mma_sync(acc_, a_.get(), b_.get(), c_.get(), out_.get(), iters_, grid_, cuda_stream());
+  }
+
+  Verification verify() final {
+    synchronize();
+    std::vector<uint8_t> raw(out_.bytes());
+    PGP_CUDA_CHECK(cudaMemcpyAsync(raw.data(), out_.get(), raw.size(), cudaMemcpyDeviceToHost, cuda_stream()));
+    synchronize();
+    const size_t n = out_values();
+    size_t wrong = 0, first = 0;
+    double first_got = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double got = value_at(raw, i);
+      if (got == reference_[i % reference_.size()]) continue;  // NaN poison never equals
+      if (wrong++ == 0) {
+        first = i;
+        first_got = got;
+      }
+    }
+    if (wrong == 0) return {true, "all " + std::to_string(n) + " values equal C + A*B exactly"};
+    const size_t per_warp = static_cast<size_t>(accumulators_) * 32 * kMmaValuesPerLane;
+    return {false, std::to_string(wrong) + " of " + std::to_string(n) + " values wrong; first: warp " +
+                       std::to_string(first / per_warp) + " acc " +
+                       std::to_string(first / (32 * kMmaValuesPerLane) % accumulators_) + " lane " +
+                       std::to_string(first / kMmaValuesPerLane % 32) + " elem " +
+                       std::to_string(first % kMmaValuesPerLane) + " got " + format_value(first_got) + " want " +
+                       format_value(reference_[first % reference_.size()])};
+  }
+
+  void teardown() final {
+    CudaProbe::teardown();
+    a_.reset();
+    b_.reset();
+    c_.reset();
+    out_.reset();
+  }
+
+  Params params() const final {
+    const std::string acc_type = is_f32() ? "f32" : "f16";
+    return {{"instruction", "mma.sync.aligned.m16n8k16.row.col." + acc_type + ".f16.f16." + acc_type},
+            {"accumulators", std::to_string(accumulators_)},
+            {"iters", std::to_string(iters_)},
+            {"block", std::to_string(kMmaBlock)},
+            {"grid", std::to_string(grid_)},
+            {"blocks_per_sm", std::to_string(blocks_per_sm_)},
+            {"operands", "registers"}};
+  }
+
+ protected:
+  explicit MmaSyncProbe(MmaAccumulator acc) : acc_(acc), accumulators_(mma_accumulators(acc)) {}
+
+ private:
+  bool is_f32() const { return acc_ == MmaAccumulator::F32; }
+  size_t value_bytes() const { return is_f32() ? sizeof(float) : sizeof(uint16_t); }
+  size_t out_values() const { return warps_ * accumulators_ * 32 * kMmaValuesPerLane; }
+
+  double value_at(const std::vector<uint8_t>& raw, size_t i) const {
+    if (is_f32()) {
+      float v;
+      std::memcpy(&v, raw.data() + i * sizeof v, sizeof v);
+      return v;
+    }
+    uint16_t bits;
+    std::memcpy(&bits, raw.data() + i * sizeof bits, sizeof bits);
+    return half_bits_value(bits);
+  }
+
+  // A, B: k/4 with k in +-{1..7}; C: m/16 with m in [-64, 64]. Then |C + A*B| <= 53 on a
+  // 1/16 grid, exact in fp16 (11-bit significand) and fp32. Builds the reference for
+  // one warp: D of accumulator j, lane l, element e at (j * 32 + l) * 4 + e.
+  void make_inputs() {
+    double a[kM][kK], b[kK][kN];
+    std::vector<uint16_t> a_bits(kM * kK), b_bits(kK * kN);
+    for (int m = 0; m < kM; ++m)
+      for (int k = 0; k < kK; ++k) {
+        a[m][k] = random_signed_nonzero(kSeedA, m * kK + k, 7) / 4.0;
+        a_bits[m * kK + k] = exact_half_bits(a[m][k]);  // row-major
+      }
+    for (int k = 0; k < kK; ++k)
+      for (int n = 0; n < kN; ++n) {
+        b[k][n] = random_signed_nonzero(kSeedB, k * kN + n, 7) / 4.0;
+        b_bits[n * kK + k] = exact_half_bits(b[k][n]);  // column-major
+      }
+    const size_t c_count = static_cast<size_t>(accumulators_) * kM * kN;
+    std::vector<double> c(c_count);
+    std::vector<uint8_t> c_raw(c_count * value_bytes());
+    for (size_t i = 0; i < c_count; ++i) {  // i = (j * 16 + m) * 8 + n: row-major tile per accumulator
+      c[i] = random_int(kSeedC, i, -64, 64) / 16.0;
+      if (is_f32()) {
+        const float v = static_cast<float>(c[i]);
+        std::memcpy(c_raw.data() + i * sizeof v, &v, sizeof v);
+      } else {
+        const uint16_t bits = exact_half_bits(c[i]);
+        std::memcpy(c_raw.data() + i * sizeof bits, &bits, sizeof bits);
+      }
+    }
+
+    reference_.assign(static_cast<size_t>(accumulators_) * 32 * kMmaValuesPerLane, 0.0);
+    for (int j = 0; j < accumulators_; ++j)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < kMmaValuesPerLane; ++e) {
+          // C/D fragment layout: row groupID (+8 for c2, c3), column 2 * threadID_in_group + (e & 1).
+          const int row = (lane >> 2) + 8 * (e >> 1);
+          const int col = 2 * (lane & 3) + (e & 1);
+          double d = c[(static_cast<size_t>(j) * kM + row) * kN + col];
+          for (int k = 0; k < kK; ++k) d += a[row][k] * b[k][col];
+          reference_[(static_cast<size_t>(j) * 32 + lane) * kMmaValuesPerLane + e] = d;
+        }
+
+    a_ = DeviceBuffer<uint16_t>(a_bits.size());
+    b_ = DeviceBuffer<uint16_t>(b_bits.size());
+    c_ = DeviceBuffer<uint8_t>(c_raw.size());
+    PGP_CUDA_CHECK(cudaMemcpyAsync(a_.get(), a_bits.data(), a_.bytes(), cudaMemcpyHostToDevice, cuda_stream()));
+    PGP_CUDA_CHECK(cudaMemcpyAsync(b_.get(), b_bits.data(), b_.bytes(), cudaMemcpyHostToDevice, cuda_stream()));
+    PGP_CUDA_CHECK(cudaMemcpyAsync(c_.get(), c_raw.data(), c_.bytes(), cudaMemcpyHostToDevice, cuda_stream()));
+    synchronize();
+  }
+
+  MmaAccumulator acc_;
+  int accumulators_;
+  int iters_ = kDefaultIters;
+  int blocks_per_sm_ = 0;
+  int grid_ = 0;
+  size_t warps_ = 0;
+  DeviceBuffer<uint16_t> a_, b_;
+  DeviceBuffer<uint8_t> c_, out_;
+  std::vector<double> reference_;  // one warp's outputs; every warp computes the same
+};
+
+class MmaSyncF32Probe final : public MmaSyncProbe {
+ public:
+  MmaSyncF32Probe() : MmaSyncProbe(MmaAccumulator::F32) {}
+};
+
+class MmaSyncF16Probe final : public MmaSyncProbe {
+ public:
+  MmaSyncF16Probe() : MmaSyncProbe(MmaAccumulator::F16) {}
+};
+
+PGP_REGISTER_PROBE(MmaSyncF32Probe);
+PGP_REGISTER_PROBE(MmaSyncF16Probe);
+
+}  // namespace
+}  // namespace pgp::cuda
