@@ -12,6 +12,9 @@ from pygpuperf.results import Finding, MachineModel, Measurement, WorkloadResult
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
 BACKEND_AGREEMENT_FACTOR = 2.0
 
+# Clock-event reasons that say nothing about the card's health.
+_BENIGN_CLOCK_REASONS = ("idle", "application_clock_setting")
+
 # Compute ceiling a workload is held against, by its precision, in order of preference.
 _CEILINGS_BY_PRECISION = {
     "fp16-amp": ("library.fp16", "tensor.fp16.acc32"),
@@ -25,6 +28,7 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
     findings: list[Finding] = []
     card = peaks.datasheet_for(device_meta.get("name", ""))
     by_name: dict[str, list[Measurement]] = defaultdict(list)
+    throttled: dict[str, list[Measurement]] = defaultdict(list)
     for m in measurements:
         by_name[m.name].append(m)
         if m.status == "error":
@@ -47,12 +51,17 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                                      "backend": m.backend},
                                     "Do not trust this figure; check the probe's byte or FLOP accounting."))
         if m.telemetry:
-            slowdowns = [r for r in m.telemetry.throttle_reasons if r not in ("idle", "application_clock_setting")]
-            if slowdowns:
-                findings.append(Finding("warning", f"Clocks were held back while {m.name} ran ({', '.join(slowdowns)}).",
-                                        {"probe": m.name, "reasons": slowdowns,
-                                         "sm_clock_mhz": m.telemetry.median_sm_clock_mhz()},
-                                        "Check cooling and power limits before comparing this figure."))
+            for reason in m.telemetry.throttle_reasons:
+                if reason not in _BENIGN_CLOCK_REASONS:
+                    throttled[reason].append(m)
+    for reason, hit in throttled.items():
+        names = ", ".join(f"{m.name} [{m.backend}]" for m in hit)
+        findings.append(Finding(
+            "warning", f"Clocks were held back by {reason.replace('_', ' ')} while {len(hit)} probe(s) ran: {names}.",
+            {"reason": reason, "sm_clock_mhz": {f"{m.name} [{m.backend}]": m.telemetry.median_sm_clock_mhz()
+                                                for m in hit}},
+            "Those figures are what the card sustains under its limits; check cooling and power limits "
+            "before comparing them with another card."))
     for name, group in by_name.items():
         usable = [m for m in group if m.usable]
         if len(usable) >= 2:

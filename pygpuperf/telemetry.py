@@ -148,8 +148,8 @@ class ClockSampler:
             self._sample()
 
     def start(self) -> None:
+        # No sample before the run: throttle bits still set by the previous probe would be blamed on this one.
         if self.active:
-            self._sample()
             self._thread = threading.Thread(target=self._loop, name="pygpuperf-telemetry", daemon=True)
             self._thread.start()
 

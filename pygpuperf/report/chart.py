@@ -14,6 +14,7 @@ from pygpuperf.results import Results  # noqa: E402
 
 # Compute roofs drawn, in order; the rest stay in the table to keep the chart readable.
 _MAX_COMPUTE_ROOFS = 6
+_ROOF_STYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (1, 3)))
 
 
 def roofline_chart(results: Results, path: Path) -> Path | None:
@@ -30,10 +31,10 @@ def roofline_chart(results: Results, path: Path) -> Path | None:
             y = np.minimum(y, top_compute)
         ax.plot(x, y, lw=1.6, label=f"{level}: {roof.value:,.0f} GB/s ({roof.backend})")
     compute = sorted(model.compute.items(), key=lambda kv: -kv[1].value)[:_MAX_COMPUTE_ROOFS]
-    for key, roof in compute:
-        ax.axhline(roof.value, ls="--", lw=1.0, alpha=0.8)
-        ax.annotate(f"{key}: {roof.value:,.1f} {roof.unit}", (x[0], roof.value), xytext=(2, 2),
-                    textcoords="offset points", fontsize=8)
+    # Roofs often sit within a few percent of each other: name them in the legend, not on the lines.
+    for (key, roof), style in zip(compute, _ROOF_STYLES):
+        ax.axhline(roof.value, ls=style, lw=1.0, color="0.35",
+                   label=f"{key}: {roof.value:,.1f} {roof.unit} ({roof.backend})")
     for w in results.workloads:
         if w.intensity and w.achieved_tflops > 0:
             ax.plot([w.intensity], [w.achieved_tflops], "o", ms=8, label=f"{w.name}: {w.achieved_tflops:.2f} TFLOP/s")
