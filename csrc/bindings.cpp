@@ -48,9 +48,15 @@ std::string probe_waiver(const std::string& name, const c10::Device& device) {
   return reason.value_or("");
 }
 
-std::tuple<std::vector<double>, double, double, double, bool, std::string, c10::Dict<std::string, std::string>>
-run_probe(const std::string& name, const c10::Device& device, int64_t warmup, int64_t samples, int64_t size_bytes,
-          bool poison_after_runs) {
+std::vector<std::string> probe_variants(const std::string& name, const c10::Device& device, bool quick) {
+  const auto dev = to_native(device);
+  return pgp::Registry::instance().create(dev.kind, name)->variants(dev, quick);
+}
+
+std::tuple<std::vector<double>, double, double, double, double, bool, std::string,
+           c10::Dict<std::string, std::string>>
+run_probe(const std::string& name, const c10::Device& device, const std::string& variant, int64_t warmup,
+          int64_t samples, int64_t size_bytes, bool poison_after_runs) {
   const auto dev = to_native(device);
   auto probe = pgp::Registry::instance().create(dev.kind, name);
   pgp::RunConfig cfg;
@@ -58,10 +64,12 @@ run_probe(const std::string& name, const c10::Device& device, int64_t warmup, in
   cfg.samples = static_cast<int>(samples);
   cfg.size_bytes = size_bytes;
   cfg.poison_after_runs = poison_after_runs;
+  cfg.variant = variant;
   const auto r = pgp::measure(*probe, dev, cfg);
   c10::Dict<std::string, std::string> params;
   for (const auto& [k, v] : r.params) params.insert(k, v);
-  return {r.sample_seconds, r.work.bytes_read, r.work.bytes_written, r.work.flops,
+  if (!variant.empty()) params.insert("variant", variant);
+  return {r.sample_seconds,         r.work.bytes_read,   r.work.bytes_written, r.work.flops, r.work.operations,
           r.verification.passed, r.verification.detail, params};
 }
 
@@ -72,10 +80,11 @@ TORCH_LIBRARY(pygpuperf, m) {
   m.def("list_probes(str device_type, str pattern) -> str[]", &list_probes);
   m.def("describe_probe(str device_type, str name) -> str", &describe_probe);
   m.def("probe_waiver(str name, Device device) -> str", &probe_waiver);
+  m.def("probe_variants(str name, Device device, bool quick) -> str[]", &probe_variants);
   m.def(
-      "run_probe(str name, Device device, int warmup, int samples, int size_bytes, bool poison_after_runs) -> "
-      "(float[] sample_seconds, float bytes_read, float bytes_written, float flops, bool verified, "
-      "str verify_detail, Dict(str, str) params)",
+      "run_probe(str name, Device device, str variant, int warmup, int samples, int size_bytes, "
+      "bool poison_after_runs) -> (float[] sample_seconds, float bytes_read, float bytes_written, float flops, "
+      "float operations, bool verified, str verify_detail, Dict(str, str) params)",
       &run_probe);
 }
 

@@ -7,7 +7,8 @@ from collections import defaultdict
 from typing import Any
 
 from pygpuperf import peaks
-from pygpuperf.results import Finding, MachineModel, Measurement, WorkloadResult
+from pygpuperf.results import (Finding, MachineModel, Measurement, WorkloadResult, best_per_backend,
+                               lower_is_better)
 
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
 BACKEND_AGREEMENT_FACTOR = 2.0
@@ -63,8 +64,8 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
             "Those figures are what the card sustains under its limits; check cooling and power limits "
             "before comparing them with another card."))
     for name, group in by_name.items():
-        usable = [m for m in group if m.usable]
-        if len(usable) >= 2:
+        usable = [m for m, _ in best_per_backend(group) if m.usable]
+        if len(usable) >= 2 and not lower_is_better(name):
             lo, hi = min(usable, key=lambda m: m.value), max(usable, key=lambda m: m.value)
             if hi.value > BACKEND_AGREEMENT_FACTOR * lo.value:
                 findings.append(Finding("warning", f"Two backends disagree on {name} by {hi.value / lo.value:.1f}x.",

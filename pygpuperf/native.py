@@ -55,12 +55,18 @@ def probe_waiver(name: str, device: torch.device) -> str | None:
     return reason or None
 
 
+def probe_variants(name: str, device: torch.device, quick: bool = False) -> list[str]:
+    """Implementation variants of a probe ([""] when it has one); `quick` gives the --quick subset."""
+    return list(_ops().probe_variants(name, device, quick))
+
+
 @dataclass
 class NativeRun:
     sample_seconds: list[float]
     bytes_read: float
     bytes_written: float
     flops: float
+    operations: float
     verified: bool
     verify_detail: str
     params: dict[str, str]
@@ -70,6 +76,7 @@ def run_probe(
     name: str,
     device: torch.device,
     *,
+    variant: str = "",
     warmup: int = 3,
     samples: int = 20,
     size_bytes: int = 0,
@@ -80,6 +87,7 @@ def run_probe(
     Errors (CUDA failures, bad arguments, waived probes) raise RuntimeError naming
     the CUDA error and the call site.
     """
-    out = _ops().run_probe(name, device, warmup, samples, size_bytes, poison_after_runs)
-    seconds, bytes_read, bytes_written, flops, verified, detail, params = out
-    return NativeRun(list(seconds), bytes_read, bytes_written, flops, bool(verified), str(detail), dict(params))
+    out = _ops().run_probe(name, device, variant, warmup, samples, size_bytes, poison_after_runs)
+    seconds, bytes_read, bytes_written, flops, operations, verified, detail, params = out
+    return NativeRun(list(seconds), bytes_read, bytes_written, flops, operations, bool(verified), str(detail),
+                     dict(params))

@@ -16,10 +16,13 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 SCHEMA_ID = "pygpuperf/1"
-COUNTING_CONVENTION = "1 GB = 1e9 B; GB/s = (bytes_read + bytes_written) / time; 1 TFLOP = 1e12 FLOP; FMA = 2 FLOP"
+COUNTING_CONVENTION = (
+    "1 GB = 1e9 B; GB/s = (bytes_read + bytes_written) / time; 1 TFLOP = 1e12 FLOP; FMA = 2 FLOP; "
+    "latency ns = time / dependent loads"
+)
 
 # Unit of each measurement family, keyed by the first component of its name.
-_UNITS = {"memory": "GB/s", "transfer": "GB/s", "compute": "TFLOP/s"}
+_UNITS = {"memory": "GB/s", "transfer": "GB/s", "compute": "TFLOP/s", "latency": "ns"}
 _SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "TOP/s": 1e12}
 
 
@@ -27,16 +30,25 @@ def unit_for(name: str) -> str:
     """The unit a measurement name is reported in (integer math counts TOP/s)."""
     family = name.split(".", 1)[0]
     if family not in _UNITS:
-        raise ValueError(f"measurement name {name!r} has no known family (memory, transfer, compute)")
+        raise ValueError(f"measurement name {name!r} has no known family ({', '.join(_UNITS)})")
     unit = _UNITS[family]
     if unit == "TFLOP/s" and ".int8" in name:
         return "TOP/s"
     return unit
 
 
-def throughput(name: str, seconds: float, bytes_read: float, bytes_written: float, flops: float) -> float:
-    """The single throughput formula: work of one run over the time of that run, in the name's unit."""
+def throughput(
+    name: str, seconds: float, bytes_read: float, bytes_written: float, flops: float, operations: float = 0.0
+) -> float:
+    """The single throughput formula: work of one run over the time of that run, in the name's unit.
+
+    Latency is the one inverse: time of one run over its dependent operations, in ns.
+    """
     unit = unit_for(name)
+    if unit == "ns":
+        if operations <= 0:
+            raise ValueError(f"{name}: a latency measurement needs its count of dependent operations")
+        return seconds / operations * 1e9
     work = bytes_read + bytes_written if unit == "GB/s" else flops
     return work / seconds / _SCALE[unit]
 
@@ -91,6 +103,7 @@ class Measurement:
     bytes_read: float  # per run
     bytes_written: float  # per run
     flops: float  # per run
+    operations: float  # dependent operations per run (latency probes), else 0
     backend: str  # which implementation measured it: "native-cuda", "native-cpu", "torch-cuda", ...
     device: str
     verified: bool
@@ -112,11 +125,12 @@ class Measurement:
         backend: str,
         device: str,
         verified: bool,
+        operations: float = 0.0,
         verify_detail: str = "",
         params: dict[str, str] | None = None,
         telemetry: Telemetry | None = None,
     ) -> "Measurement":
-        values = [throughput(name, s, bytes_read, bytes_written, flops) for s in sample_seconds if s > 0]
+        values = [throughput(name, s, bytes_read, bytes_written, flops, operations) for s in sample_seconds if s > 0]
         if not values:
             raise ValueError(f"{name}: no positive sample times")
         stats = Stats.of(values)
@@ -128,6 +142,7 @@ class Measurement:
             bytes_read=float(bytes_read),
             bytes_written=float(bytes_written),
             flops=float(flops),
+            operations=float(operations),
             backend=backend,
             device=device,
             verified=bool(verified),
@@ -149,6 +164,7 @@ class Measurement:
             bytes_read=0.0,
             bytes_written=0.0,
             flops=0.0,
+            operations=0.0,
             backend=backend,
             device=device,
             verified=False,
@@ -160,6 +176,10 @@ class Measurement:
     def usable(self) -> bool:
         """Counts toward ceilings: it ran and its output checked out."""
         return self.status == "ok" and self.verified and math.isfinite(self.value)
+
+
+# Stream operations whose best figure is a memory level's bandwidth ceiling.
+MEMORY_CEILING_OPS = ("read", "write", "copy", "scale", "triad")
 
 
 @dataclass
@@ -180,26 +200,32 @@ class MachineModel:
     compute: dict[str, Ceiling] = field(default_factory=dict)  # "tensor.fp16.acc32" -> TFLOP/s
     memory: dict[str, Ceiling] = field(default_factory=dict)  # "hbm" / "dram" / "l2" -> GB/s
     links: dict[str, Ceiling] = field(default_factory=dict)  # "h2d.pinned" -> GB/s
+    latency: dict[str, Ceiling] = field(default_factory=dict)  # "l2" -> ns (lowest measured)
     origin: str = "measured"  # later: "datasheet"
 
     @staticmethod
     def from_measurements(device: str, measurements: Iterable[Measurement]) -> "MachineModel":
-        """Best usable figure per ceiling. Memory levels take the best of read/write/copy/triad."""
+        """Best usable figure per ceiling: memory levels take the best of their streams
+        (read/write/copy/...); sweep points and bank-conflict cases are evidence, not ceilings."""
         model = MachineModel(device=device)
         for m in measurements:
             if not m.usable:
                 continue
             family, _, rest = m.name.partition(".")
+            lower = False
             if family == "compute":
                 key, table = rest, model.compute
-            elif family == "memory":
+            elif family == "memory" and rest.split(".")[-1] in MEMORY_CEILING_OPS:
                 key, table = rest.split(".", 1)[0], model.memory
             elif family == "transfer":
                 key, table = rest, model.links
+            elif family == "latency":
+                key, table, lower = rest, model.latency, True
             else:
                 continue
             best = table.get(key)
-            if best is None or m.value > best.value:
+            better = best is None or (m.value < best.value if lower else m.value > best.value)
+            if better:
                 table[key] = Ceiling(m.value, m.unit, m.name, m.backend)
         return model
 
@@ -245,6 +271,26 @@ class WorkloadResult:
     notes: list[str] = field(default_factory=list)
 
 
+def lower_is_better(name: str) -> bool:
+    return unit_for(name) == "ns"
+
+
+def best_of(measurements: Sequence[Measurement]) -> Measurement | None:
+    """Best usable one of measurements of one name (lowest for latency, else highest)."""
+    usable = [m for m in measurements if m.usable]
+    if not usable:
+        return None
+    return (min if lower_is_better(usable[0].name) else max)(usable, key=lambda m: m.value)
+
+
+def best_per_backend(measurements: Iterable[Measurement]) -> list[tuple[Measurement, int]]:
+    """One row per (name, backend): its best variant (or the failed/waived entry) and how many variants ran."""
+    groups: dict[tuple[str, str], list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault((m.name, m.backend), []).append(m)
+    return [(best_of(group) or group[0], len(group)) for group in groups.values()]
+
+
 @dataclass
 class Results:
     meta: dict[str, Any]
@@ -254,9 +300,9 @@ class Results:
     workloads: list[WorkloadResult] = field(default_factory=list)
 
     def best(self, name: str) -> Measurement | None:
-        """The highest usable measurement of `name`, whichever backend measured it."""
+        """The best usable measurement of `name`, whichever backend or variant measured it."""
         usable = [m for m in self.measurements if m.name == name and m.usable]
-        return max(usable, key=lambda m: m.value) if usable else None
+        return best_of(usable)
 
     def to_frame(self):
         """Measurements as a pandas DataFrame (the columns of results.csv)."""
@@ -287,7 +333,7 @@ class Results:
         def model(d: dict[str, Any] | None) -> MachineModel | None:
             if d is None:
                 return None
-            tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links")}
+            tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency")}
             return MachineModel(device=d["device"], origin=d["origin"], **tables)
 
         def workload(d: dict[str, Any]) -> WorkloadResult:

@@ -33,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default ./pygpuperf-results/<device>-<UTC time>)")
     p.add_argument("--list", action="store_true", help="list probes for the device and exit")
     p.add_argument("--probes", nargs="+", metavar="NAME", help="probe names or dotted prefixes (e.g. memory)")
-    p.add_argument("--backend", default="auto", choices=suite.BACKEND_CHOICES,
-                   help="auto: native where it has the probe, torch for the rest; all: both")
+    p.add_argument("--backend", default="all", choices=suite.BACKEND_CHOICES,
+                   help="all: native and torch figures side by side; auto: native where it has the probe, "
+                        "torch for the rest")
     p.add_argument("--model", help="workload to place on the roofline, or 'none'")
     p.add_argument("--batch-size", type=int, help="model batch size")
     p.add_argument("--samples", type=int, help="timed samples per probe")
@@ -46,7 +47,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
     samples = args.samples or (5 if args.quick else 20)
     if samples < 1:
         raise UsageError(f"--samples {samples}: needs at least 1")
-    return RunSettings(warmup=1 if args.quick else 3, samples=samples, size_bytes=0)
+    return RunSettings(warmup=1 if args.quick else 3, samples=samples, size_bytes=0, quick=args.quick)
 
 
 def _model_name(args: argparse.Namespace, device_type: str) -> str | None:
@@ -76,7 +77,7 @@ def _out_dir(args: argparse.Namespace, device) -> Path:
 
 
 def _list(device, console: Console) -> None:
-    for planned in suite.plan(device, "all"):
+    for planned in suite.plan(device, "all", quick=True):
         reason = planned.backend.waiver(planned.name, device)
         status = f"waived: {reason}" if reason else planned.backend.describe(planned.name, device)
         console.print(f"{planned.name:32s} {planned.backend.backend_name(device):12s} {status}")
@@ -102,7 +103,7 @@ def run(argv: list[str] | None = None) -> int:
         _list(device, out_console)
         return 0
     settings = _settings(args)
-    probes = suite.plan(device, args.backend, args.probes)
+    probes = suite.plan(device, args.backend, args.probes, quick=args.quick)
     model_name = _model_name(args, device.type)
     out = _out_dir(args, device)
 

@@ -14,16 +14,18 @@ from pygpuperf.backends.portable import PortableBackend
 from pygpuperf.device import UsageError
 from pygpuperf.results import Measurement
 
-BACKEND_CHOICES = ("auto", "native", "torch", "all")
+BACKEND_CHOICES = ("all", "auto", "native", "torch")
 
 
 @dataclass(frozen=True)
 class PlannedProbe:
     name: str
     backend: Backend
+    variant: str = ""
 
     def label(self, device: torch.device) -> str:
-        return f"{self.name} [{self.backend.backend_name(device)}]"
+        variant = f" {self.variant}" if self.variant else ""
+        return f"{self.name}{variant} [{self.backend.backend_name(device)}]"
 
 
 def backends() -> list[Backend]:
@@ -35,11 +37,17 @@ def _matches(name: str, pattern: str) -> bool:
     return name == pattern or name.startswith(pattern + ".")
 
 
-def plan(device: torch.device, backend_choice: str = "auto", selection: Iterable[str] | None = None) -> list[PlannedProbe]:
-    """Which probe runs on which backend.
+def plan(
+    device: torch.device,
+    backend_choice: str = "all",
+    selection: Iterable[str] | None = None,
+    quick: bool = False,
+) -> list[PlannedProbe]:
+    """Which probe runs on which backend, one entry per implementation variant.
 
+    all: every backend that has the name (native figures next to torch's);
     auto: each name once, from the first backend that has it (native, then torch);
-    all: every backend that has the name; native/torch: only that backend.
+    native/torch: only that backend.
     `selection` holds names or dotted prefixes; one that matches nothing is a UsageError.
     """
     if backend_choice not in BACKEND_CHOICES:
@@ -62,7 +70,11 @@ def plan(device: torch.device, backend_choice: str = "auto", selection: Iterable
                     f"unknown probe {pattern!r} for {device.type}; run 'python -m pygpuperf.roofline --list' to see names"
                 )
         planned = [p for p in planned if any(_matches(p.name, s) for s in selection)]
-    return planned
+    return [
+        PlannedProbe(p.name, p.backend, variant)
+        for p in planned
+        for variant in (p.backend.variants(p.name, device, quick) if not p.backend.waiver(p.name, device) else [""])
+    ]
 
 
 def run_one(probe: PlannedProbe, device: torch.device, settings: RunSettings) -> Measurement:
@@ -73,7 +85,7 @@ def run_one(probe: PlannedProbe, device: torch.device, settings: RunSettings) ->
         return Measurement.not_run(probe.name, backend=backend_name, device=str(device), status="waived", reason=reason)
     try:
         with telemetry.sampling(device) as sampler:
-            measurement = probe.backend.measure(probe.name, device, settings)
+            measurement = probe.backend.measure(probe.name, device, settings, probe.variant)
         measurement.telemetry = sampler.telemetry if sampler.active else None
         return measurement
     except (RuntimeError, ValueError) as exc:

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 
 #include "core/errors.h"
@@ -41,6 +42,11 @@ MeasureResult measure(Probe& probe, const Device& dev, const RunConfig& cfg) {
   PGP_CHECK(cfg.warmup >= 0, "warmup must be non-negative, got " + std::to_string(cfg.warmup));
   PGP_CHECK(cfg.size_bytes >= 0, "size_bytes must be non-negative");
   if (auto reason = probe.waiver(dev)) throw Error("probe '" + probe.name() + "' is waived: " + *reason);
+  if (!cfg.variant.empty()) {
+    const auto all = probe.variants(dev, false);
+    PGP_CHECK(std::find(all.begin(), all.end(), cfg.variant) != all.end(),
+              "probe '" + probe.name() + "' has no variant '" + cfg.variant + "'");
+  }
 
   TeardownGuard guard{probe};  // also when setup() throws halfway
   probe.setup(dev, cfg);

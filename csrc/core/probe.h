@@ -26,6 +26,8 @@ struct Work {
   double bytes_read = 0;
   double bytes_written = 0;
   double flops = 0;
+  // Dependent operations of one run (latency probes: loads in the pointer chase).
+  double operations = 0;
 };
 
 struct RunConfig {
@@ -35,6 +37,8 @@ struct RunConfig {
   int64_t size_bytes = 0;
   // Test hook: poison outputs *after* the timed runs, so verify() must report failure.
   bool poison_after_runs = false;
+  // One of Probe::variants() (vector width, unroll, cache hints, window size, ...); "" = the first.
+  std::string variant;
 };
 
 struct Verification {
@@ -53,6 +57,9 @@ class Probe {
   virtual DeviceKind device_kind() const = 0;
   // Empty when the probe can run on `dev`, otherwise why it is waived.
   virtual std::optional<std::string> waiver(const Device& dev) const { return std::nullopt; }
+  // Implementation variants measured under this one name; the best one sets the ceiling.
+  // `quick` asks for the few that matter most (the --quick suite).
+  virtual std::vector<std::string> variants(const Device& dev, bool quick) const { return {""}; }
 
   // Allocate and fill inputs with random non-zero data. Called once per measurement.
   virtual void setup(const Device& dev, const RunConfig& cfg) = 0;

@@ -20,6 +20,7 @@ class RunSettings:
     samples: int = 20
     size_bytes: int = 0  # 0: the probe sizes itself from the device
     poison_after_runs: bool = False  # test hook: verification must then fail
+    quick: bool = False  # the --quick suite: fewer variants and sweep points
 
 
 class Backend(ABC):
@@ -41,9 +42,13 @@ class Backend(ABC):
     def waiver(self, name: str, device: torch.device) -> str | None:
         """Why `name` cannot run on `device`, or None when it can."""
 
+    def variants(self, name: str, device: torch.device, quick: bool = False) -> list[str]:
+        """Implementation variants measured under `name` ([""] for a probe with one)."""
+        return [""]
+
     @abstractmethod
-    def measure(self, name: str, device: torch.device, settings: RunSettings) -> Measurement:
-        """Run one probe: warm-up, timed samples, verification. Raises on failure."""
+    def measure(self, name: str, device: torch.device, settings: RunSettings, variant: str = "") -> Measurement:
+        """Run one probe (one variant): warm-up, timed samples, verification. Raises on failure."""
 
 
 def memory_level(device: torch.device) -> str:

@@ -34,10 +34,14 @@ class NativeBackend(Backend):
             return f"no native {device.type} probes in this build"
         return native.probe_waiver(name, device)
 
-    def measure(self, name: str, device: torch.device, settings: RunSettings) -> Measurement:
+    def variants(self, name: str, device: torch.device, quick: bool = False) -> list[str]:
+        return native.probe_variants(name, device, quick)
+
+    def measure(self, name: str, device: torch.device, settings: RunSettings, variant: str = "") -> Measurement:
         run = native.run_probe(
             name,
             device,
+            variant=variant,
             warmup=settings.warmup,
             samples=settings.samples,
             size_bytes=settings.size_bytes,
@@ -49,6 +53,7 @@ class NativeBackend(Backend):
             bytes_read=run.bytes_read,
             bytes_written=run.bytes_written,
             flops=run.flops,
+            operations=run.operations,
             backend=self.backend_name(device),
             device=str(device),
             verified=run.verified,

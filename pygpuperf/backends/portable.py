@@ -675,7 +675,7 @@ class PortableBackend(Backend):
     def waiver(self, name: str, device: torch.device) -> str | None:
         return self._probe(name, device).waiver(device)
 
-    def measure(self, name: str, device: torch.device, settings: RunSettings) -> Measurement:
+    def measure(self, name: str, device: torch.device, settings: RunSettings, variant: str = "") -> Measurement:
         run = run_probe(self._probe(name, device), device, settings)
         return Measurement.from_samples(
             name,

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pygpuperf import peaks
-from pygpuperf.results import Measurement, Results
+from pygpuperf.results import Measurement, Results, best_per_backend
 
 # Workload parameters worth a place in the one-line summary (all of them are in results.json).
 _WORKLOAD_KEYS = ("batch_size", "image_size", "precision", "memory_format")
@@ -42,7 +42,10 @@ def measurement_table(results: Results) -> Table:
                             ("check", "left")):
         table.add_column(column, justify=justify, no_wrap=column != "check")
     family = None
-    for m in sorted(results.measurements, key=lambda m: (m.name.split(".")[0], m.name, m.backend)):
+    # Sweep points are a series (chart and JSON), not table rows.
+    listed = [m for m in results.measurements if not m.name.endswith(".sweep")]
+    rows = sorted(best_per_backend(listed), key=lambda r: (r[0].name.split(".")[0], r[0].name, r[0].backend))
+    for m, variants in rows:
         this_family = m.name.split(".")[0]
         if family is not None and this_family != family:
             table.add_section()
@@ -52,6 +55,8 @@ def measurement_table(results: Results) -> Table:
         spread = f"{_fmt(m.stats.p5)}-{_fmt(m.stats.p95)}" if m.status == "ok" else "-"
         cv = f"{100 * m.stats.cv:.1f}%" if m.status == "ok" and math.isfinite(m.stats.cv) else "-"
         check = _check(m) if m.status == "ok" else f"{_check(m)} {m.reason[:60]}"
+        if variants > 1:
+            check += f" best of {variants}: {m.params.get('variant', '')}"
         table.add_row(m.name, m.backend, _fmt(m.value), m.unit, spread, cv, _fmt(sheet), _fmt(pct, 0), check)
     return table
 
