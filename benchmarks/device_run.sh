@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/device-out}"
-mkdir -p "$OUT"
+mkdir -p "$OUT/extras"
 log="$OUT/device_log.txt"
 export PYTHONUNBUFFERED=1 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export PATH="$CUDA_HOME/bin:$PATH"
@@ -32,8 +32,19 @@ PYGPUPERF_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -e . >>"
 step "pytest -m gpu"
 python3 -m pytest -m gpu -v -rs 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
 
-step "python -m pygpuperf.roofline --backend all $*"
-python3 -m pygpuperf.roofline --backend all --out "$OUT/run" "$@" 2>&1 | tee "$OUT/roofline_stdout.txt"
-cp "$OUT/run/results.json" "$OUT/run/results.csv" "$OUT/run/roofline.png" "$OUT/" 2>/dev/null
+# The quick suites have time budgets (memory < 20 s, compute < 20 s): time them on their own.
+for family in "memory latency" "compute"; do
+  tag=${family%% *}
+  step "quick $family suite"
+  start=$(date +%s.%N)
+  python3 -m pygpuperf.roofline --quick --model none --probes $family --out "$OUT/extras/quick-$tag" \
+    >"$OUT/extras/quick-$tag.txt" 2>&1 || echo "quick $family suite failed (see extras)"
+  echo "quick $family suite: $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s wall, process start included" | tee -a "$log"
+done
+
+step "python -m pygpuperf.roofline $*"
+python3 -m pygpuperf.roofline --out "$OUT/run" "$@" 2>&1 | tee "$OUT/roofline_stdout.txt"
+cp "$OUT"/run/*.json "$OUT"/run/*.csv "$OUT"/run/*.png "$OUT/" 2>/dev/null
 rm -rf "$OUT/run"
+tar -czf "$OUT/extras.tar.gz" -C "$OUT" extras && rm -rf "$OUT/extras"
 step "done"

@@ -39,18 +39,18 @@ std::vector<std::string> list_probes(const std::string& device_type, const std::
 }
 
 std::string describe_probe(const std::string& device_type, const std::string& name) {
-  return pgp::Registry::instance().create(kind_of(device_type), name)->description();
+  std::string text;
+  for (const auto& probe : pgp::Registry::instance().implementations(kind_of(device_type), name))
+    text += (text.empty() ? "" : " | ") + probe->description();
+  return text;
 }
 
 std::string probe_waiver(const std::string& name, const c10::Device& device) {
-  const auto dev = to_native(device);
-  auto reason = pgp::Registry::instance().create(dev.kind, name)->waiver(dev);
-  return reason.value_or("");
+  return pgp::Registry::instance().waiver(to_native(device), name).value_or("");
 }
 
 std::vector<std::string> probe_variants(const std::string& name, const c10::Device& device, bool quick) {
-  const auto dev = to_native(device);
-  return pgp::Registry::instance().create(dev.kind, name)->variants(dev, quick);
+  return pgp::Registry::instance().variants(to_native(device), name, quick);
 }
 
 std::tuple<std::vector<double>, double, double, double, double, bool, std::string,
@@ -58,7 +58,7 @@ std::tuple<std::vector<double>, double, double, double, double, bool, std::strin
 run_probe(const std::string& name, const c10::Device& device, const std::string& variant, int64_t warmup,
           int64_t samples, int64_t size_bytes, bool poison_after_runs) {
   const auto dev = to_native(device);
-  auto probe = pgp::Registry::instance().create(dev.kind, name);
+  auto probe = pgp::Registry::instance().create(dev, name, variant);
   pgp::RunConfig cfg;
   cfg.warmup = static_cast<int>(warmup);
   cfg.samples = static_cast<int>(samples);

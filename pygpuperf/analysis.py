@@ -6,12 +6,14 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from pygpuperf import peaks
+from pygpuperf import hierarchy, peaks
 from pygpuperf.results import (Finding, MachineModel, Measurement, WorkloadResult, best_per_backend,
                                lower_is_better)
 
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
 BACKEND_AGREEMENT_FACTOR = 2.0
+# torch may beat a native probe by at most this factor (noise) before it is called out.
+NATIVE_MARGIN = 1.01
 
 # Clock-event reasons that say nothing about the card's health.
 _BENIGN_CLOCK_REASONS = ("idle", "application_clock_setting")
@@ -37,7 +39,8 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                                     {"probe": m.name, "error": m.reason},
                                     "Re-run with --probes " + m.name + " to reproduce; report it if it persists."))
             continue
-        if m.status == "ok" and not m.verified:
+        # A figure derived from sweep points is wrong only because a point was: that point says so.
+        if m.status == "ok" and not m.verified and hierarchy.DERIVED_FROM not in m.params:
             findings.append(Finding("error", f"The {m.name} probe computed a wrong result on {m.backend}, "
                                     "so its figure is not used.",
                                     {"probe": m.name, "detail": m.verify_detail},
@@ -71,9 +74,56 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                 findings.append(Finding("warning", f"Two backends disagree on {name} by {hi.value / lo.value:.1f}x.",
                                         {hi.backend: hi.value, lo.backend: lo.value, "unit": hi.unit},
                                         "The lower one leaves performance on the table or the higher one miscounts."))
+            elif hi.backend.startswith("torch") and hi.value > NATIVE_MARGIN * lo.value:
+                # Native kernels exist to set the ceiling; torch beating one means it leaves bandwidth unused.
+                findings.append(Finding("warning", f"torch beats the native {name} probe by "
+                                        f"{100 * (hi.value / lo.value - 1):.1f}%, so that probe is not yet a ceiling.",
+                                        {hi.backend: hi.value, lo.backend: lo.value, "unit": hi.unit},
+                                        "The machine model uses the higher figure; the native kernel needs tuning."))
     if card is None and device_meta.get("type") != "cpu":
         findings.append(Finding("info", "This card is not in the datasheet table, so only measured ceilings are shown.",
                                 {"device": device_meta.get("name")}, ""))
+    return findings
+
+
+def hierarchy_findings(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:
+    """Cache capacities found by the sweep against the sizes the device reports.
+
+    A warning per level whose knee lies more than 10 % outside what the device reports; one
+    info finding listing the levels that agree, one listing those with no reference size.
+    """
+    findings: list[Finding] = []
+    agreeing: dict[str, dict[str, Any]] = {}
+    unreferenced: dict[str, dict[str, Any]] = {}
+    for check in hierarchy.capacity_checks(measurements, device_meta):
+        where = " per worker" if check.scope == "per worker" else ""
+        label = f"{check.level.upper()} {hierarchy.describe_capacity(check)}{where} ({check.backend})"
+        facts = {"detected_bytes": check.detected_bytes,
+                 "detected_between_bytes": [check.detected_low_bytes, check.detected_high_bytes],
+                 "expected_bytes": check.expected_bytes, "expected_source": check.expected_source,
+                 "scope": check.scope, "bandwidth_gbps": check.bandwidth_gbps, "backend": check.backend,
+                 "mode": check.mode, **check.evidence}
+        if check.differs():
+            diff = check.relative_difference or 0.0
+            findings.append(Finding(
+                "warning",
+                f"The sweep puts the {check.level.upper()} cache at {hierarchy.describe_capacity(check)}"
+                f"{where}, {abs(diff):.0%} {'above' if diff > 0 else 'below'} the "
+                f"{hierarchy.format_bytes(check.expected_bytes or 0)} the device reports.",
+                facts,
+                "Less usable cache than reported means part of it is reserved, shared with other work or lost "
+                "to conflicts; more means a neighbouring level (a victim cache, another core's cache) holds the "
+                "rest. Size working sets to the measured figure."))
+        elif check.expected_bytes:
+            agreeing[label] = facts
+        else:
+            unreferenced[label] = facts
+    if agreeing:
+        findings.append(Finding("info", "The sweep's cache knees agree with the reported sizes: "
+                                + ", ".join(agreeing) + ".", agreeing, ""))
+    if unreferenced:
+        findings.append(Finding("info", "The sweep found cache knees with no reported size to compare: "
+                                + ", ".join(unreferenced) + ".", unreferenced, ""))
     return findings
 
 

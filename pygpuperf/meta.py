@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 import pygpuperf
-from pygpuperf import native, telemetry
+from pygpuperf import hierarchy, native, telemetry
 from pygpuperf.results import COUNTING_CONVENTION
 
 
@@ -50,6 +50,7 @@ def device_facts(device: torch.device) -> dict[str, Any]:
     elif device.type == "cpu":
         facts.update(name=cpu_model() or "cpu", cores=os.cpu_count(), memory_bytes=host_memory_bytes(),
                      threads=torch.get_num_threads())
+        facts.update(hierarchy.cpu_cache_facts())  # the sizes the sweep's knees are checked against
     else:
         from pygpuperf.device import device_name
 

@@ -13,16 +13,20 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-# Dense FP16 tensor FLOP per clock per multiprocessor, by compute capability (the fastest
-# accumulate type). Derived from vendor peak rates / (SM count x boost clock).
-_TENSOR_FP16_FLOP_PER_CLK_PER_SM = {
-    (7, 0): 1024,
-    (7, 5): 1024,
-    (8, 0): 2048,
-    (8, 6): 1024,
-    (8, 7): 1024,
-    (8, 9): 1024,
-    (9, 0): 4096,
+# Dense FLOP (or integer OP) per clock per multiprocessor, by compute capability, for the
+# fastest accumulate type of each input; vendor peak rate / (SM count x boost clock).
+# Physics guard only: a measurement above SMs x max clock x this is a probe bug.
+_PER_SM_PER_CLOCK = {
+    (7, 0): {"tensor.fp16": 1024, "cuda.fp32": 128, "cuda.fp16x2": 256, "cuda.fp64": 64},
+    (7, 5): {"tensor.fp16": 1024, "tensor.int8": 2048, "cuda.fp32": 128, "cuda.fp16x2": 256, "cuda.fp64": 4},
+    (8, 0): {"tensor.fp16": 2048, "tensor.bf16": 2048, "tensor.tf32": 1024, "tensor.int8": 4096,
+             "cuda.fp32": 128, "cuda.fp16x2": 512, "cuda.bf16x2": 512, "cuda.fp64": 64},
+    (8, 6): {"tensor.fp16": 1024, "tensor.bf16": 1024, "tensor.tf32": 512, "tensor.int8": 2048,
+             "cuda.fp32": 256, "cuda.fp16x2": 256, "cuda.bf16x2": 256, "cuda.fp64": 4},
+    (8, 9): {"tensor.fp16": 1024, "tensor.bf16": 1024, "tensor.tf32": 512, "tensor.fp8": 2048,
+             "tensor.int8": 2048, "cuda.fp32": 256, "cuda.fp16x2": 256, "cuda.bf16x2": 256, "cuda.fp64": 4},
+    (9, 0): {"tensor.fp16": 4096, "tensor.bf16": 4096, "tensor.tf32": 2048, "tensor.fp8": 8192,
+             "tensor.int8": 8192, "cuda.fp32": 256, "cuda.fp16x2": 512, "cuda.bf16x2": 512, "cuda.fp64": 128},
 }
 
 # Usable PCIe payload rate per lane and direction (GB/s) by generation, after line encoding.
@@ -72,12 +76,12 @@ def theoretical_peak(measurement_name: str, device_meta: dict[str, Any]) -> Peak
         mhz, bits = device_meta.get("mem_clock_max_mhz"), device_meta.get("memory_bus_width_bits")
         if mhz and bits:
             return Peak(mhz * 1e6 * 2 * bits / 8 / 1e9, "GB/s", f"memory clock {mhz} MHz x 2 x {bits}-bit bus")
-    if parts[:3] == ["compute", "tensor", "fp16"]:
+    if parts[0] == "compute" and len(parts) >= 3 and parts[1] in ("tensor", "cuda"):
         cc = device_meta.get("compute_capability")
         sms, mhz = device_meta.get("multiprocessor_count"), device_meta.get("sm_clock_max_mhz")
         if cc and sms and mhz:
             major, minor = (int(x) for x in cc.split("."))
-            per_sm = _TENSOR_FP16_FLOP_PER_CLK_PER_SM.get((major, minor))
+            per_sm = _PER_SM_PER_CLOCK.get((major, minor), {}).get(f"{parts[1]}.{parts[2]}")
             if per_sm:
                 return Peak(
                     per_sm * sms * mhz * 1e6 / 1e12,

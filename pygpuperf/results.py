@@ -32,7 +32,7 @@ def unit_for(name: str) -> str:
     if family not in _UNITS:
         raise ValueError(f"measurement name {name!r} has no known family ({', '.join(_UNITS)})")
     unit = _UNITS[family]
-    if unit == "TFLOP/s" and ".int8" in name:
+    if unit == "TFLOP/s" and (".int8" in name or ".int32" in name):
         return "TOP/s"
     return unit
 
@@ -209,7 +209,7 @@ class MachineModel:
         (read/write/copy/...); sweep points and bank-conflict cases are evidence, not ceilings."""
         model = MachineModel(device=device)
         for m in measurements:
-            if not m.usable:
+            if not m.usable or m.name.endswith(".sweep"):  # sweep points are series, not ceilings
                 continue
             family, _, rest = m.name.partition(".")
             lower = False

@@ -9,15 +9,17 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pygpuperf import analysis, io, meta, suite
+from pygpuperf import analysis, hierarchy, io, meta, suite
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError, device_slug, resolve_device
 from pygpuperf.report.chart import roofline_chart
+from pygpuperf.report.sweep_chart import sweep_chart
 from pygpuperf.report.table import print_summary
 from pygpuperf.results import MachineModel, Results
 
@@ -77,10 +79,19 @@ def _out_dir(args: argparse.Namespace, device) -> Path:
 
 
 def _list(device, console: Console) -> None:
-    for planned in suite.plan(device, "all", quick=True):
+    variants: dict[tuple[str, str], int] = {}
+    firsts = []
+    for planned in suite.plan(device, "all"):
+        key = (planned.name, planned.backend.backend_name(device))
+        if key not in variants:
+            firsts.append(planned)
+        variants[key] = variants.get(key, 0) + 1
+    for planned in firsts:
+        backend = planned.backend.backend_name(device)
         reason = planned.backend.waiver(planned.name, device)
         status = f"waived: {reason}" if reason else planned.backend.describe(planned.name, device)
-        console.print(f"{planned.name:32s} {planned.backend.backend_name(device):12s} {status}")
+        count = variants[(planned.name, backend)]
+        console.print(f"{planned.name:32s} {backend:12s} {f'{count} variants' if count > 1 else '':12s} {status}")
 
 
 def _measure(probes, device, settings, measurements, console: Console) -> None:
@@ -110,7 +121,11 @@ def run(argv: list[str] | None = None) -> int:
     results = Results(meta=meta.collect(device, ["pygpuperf.roofline", *argv]))
     interrupted = False
     try:
-        _measure(probes, device, settings, results.measurements, err)
+        started = time.monotonic()
+        try:
+            _measure(probes, device, settings, results.measurements, err)
+        finally:
+            results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
         results.machine_model = MachineModel.from_measurements(str(device), results.measurements)
         if model_name:
             from pygpuperf.workloads import get_workload, run_workload
@@ -123,17 +138,21 @@ def run(argv: list[str] | None = None) -> int:
         interrupted = True
         results.meta["interrupted"] = True
         err.print("[yellow]interrupted: writing what was measured[/yellow]")
+    # Cache levels read off the sweeps' plateaus: memory.l1/l2/l3.read, marked derived_from.
+    results.measurements += hierarchy.derive_cache_measurements(results.measurements, results.meta["device"])
     results.machine_model = MachineModel.from_measurements(str(device), results.measurements)
     results.findings = analysis.findings_for(results.measurements, results.meta["device"])
+    results.findings += analysis.hierarchy_findings(results.measurements, results.meta["device"])
     for w in results.workloads:
         results.findings += analysis.workload_findings(w, results.machine_model)
 
     paths = io.write_results(results, out)
     chart = roofline_chart(results, out / "roofline.png")
+    sweeps = sweep_chart(results, out / "sweep.png")
     print_summary(results, out_console)
     if args.json:
         sys.stdout.write(io.to_json(results) + "\n")
-    written = [paths["json"], paths["csv"]] + ([chart] if chart else [])
+    written = [paths["json"], paths["csv"]] + [p for p in (chart, sweeps) if p]
     err.print("wrote " + ", ".join(str(p) for p in written))
     return 130 if interrupted else 0
 

@@ -20,6 +20,7 @@ STREAM_WORK = {
     "memory.dram.read": (1, 0, 0),
     "memory.dram.write": (0, 1, 0),
     "memory.dram.copy": (1, 1, 0),
+    "memory.dram.scale": (1, 1, 1),
     "memory.dram.triad": (2, 1, 2),
 }
 STREAM = list(STREAM_WORK)

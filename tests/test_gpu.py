@@ -18,7 +18,8 @@ from pygpuperf.backends.portable import PortableBackend
 pytestmark = pytest.mark.gpu
 
 GPU = torch.device("cuda", 0)
-CUDA_PROBES = ["memory.hbm.read", "memory.hbm.write", "memory.hbm.copy", "compute.tensor.fp16.acc32",
+CUDA_PROBES = ["memory.hbm.read", "memory.hbm.write", "memory.hbm.copy", "memory.hbm.scale", "memory.hbm.triad",
+               "compute.tensor.fp16.acc32",
                "compute.tensor.fp16.acc16", "transfer.h2d.pinned", "transfer.d2h.pinned"]
 QUICK = RunSettings(warmup=2, samples=10)
 
@@ -101,3 +102,17 @@ def test_main_command_on_gpu(tmp_path):
     assert results.machine_model.memory["hbm"].value > 0
     assert results.machine_model.compute["tensor.fp16.acc32"].value > 0
     assert not [f for f in results.findings if f.severity == "error"], results.findings
+
+
+def test_reported_bandwidth_is_bytes_over_sample_time():
+    m = NativeBackend().measure("memory.hbm.triad", GPU, QUICK)
+    per_sample = sorted((m.bytes_read + m.bytes_written) / s / 1e9 for s in m.sample_seconds)
+    assert m.value == pytest.approx(per_sample[len(per_sample) // 2], rel=0.05)
+    assert m.bytes_read > 0 and m.bytes_written > 0
+
+
+def test_missing_device_is_waived_with_a_reason():
+    missing = torch.device("cuda", torch.cuda.device_count() + 3)
+    for name in native.list_probes("cuda"):
+        reason = native.probe_waiver(name, missing)
+        assert reason, f"{name} claims to run on {missing}"

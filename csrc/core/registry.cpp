@@ -1,5 +1,7 @@
 #include "core/registry.h"
 
+#include <algorithm>
+
 #include "core/errors.h"
 
 namespace pgp {
@@ -25,14 +27,49 @@ std::vector<std::string> Registry::filter(DeviceKind kind, const std::string& pa
                         e.name[pattern.size()] == '.');
     if (match) out.push_back(e.name);
   }
+  // Registration order follows link order; sorted names give a stable, family-grouped suite.
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
-std::unique_ptr<Probe> Registry::create(DeviceKind kind, const std::string& name) const {
+std::vector<std::unique_ptr<Probe>> Registry::implementations(DeviceKind kind, const std::string& name) const {
+  std::vector<std::unique_ptr<Probe>> out;
   for (const auto& e : entries_)
-    if (e.kind == kind && e.name == name) return e.factory();
-  throw Error("unknown native probe '" + name + "' for device kind " +
-              (kind == DeviceKind::CPU ? "cpu" : "cuda"));
+    if (e.kind == kind && e.name == name) out.push_back(e.factory());
+  if (out.empty())
+    throw Error("unknown native probe '" + name + "' for device kind " + (kind == DeviceKind::CPU ? "cpu" : "cuda"));
+  return out;
+}
+
+std::optional<std::string> Registry::waiver(const Device& dev, const std::string& name) const {
+  std::string reasons;
+  for (const auto& probe : implementations(dev.kind, name)) {
+    auto reason = probe->waiver(dev);
+    if (!reason) return std::nullopt;
+    reasons += (reasons.empty() ? "" : "; ") + *reason;
+  }
+  return reasons;
+}
+
+std::vector<std::string> Registry::variants(const Device& dev, const std::string& name, bool quick) const {
+  std::vector<std::string> out;
+  for (const auto& probe : implementations(dev.kind, name)) {
+    if (probe->waiver(dev)) continue;
+    for (auto& v : probe->variants(dev, quick)) out.push_back(std::move(v));
+  }
+  return out.empty() ? std::vector<std::string>{""} : out;
+}
+
+std::unique_ptr<Probe> Registry::create(const Device& dev, const std::string& name, const std::string& variant) const {
+  auto all = implementations(dev.kind, name);
+  for (auto& probe : all) {
+    if (probe->waiver(dev)) continue;
+    const auto vs = probe->variants(dev, false);
+    if (variant.empty() || std::find(vs.begin(), vs.end(), variant) != vs.end()) return std::move(probe);
+  }
+  // Nothing runs it: hand back the first so measure() reports its waiver or the unknown variant.
+  return std::move(all.front());
 }
 
 }  // namespace pgp

@@ -1,4 +1,6 @@
 // nvbandwidth-style registry of named probes, selectable by exact name or prefix.
+// Several implementations may share one stable name (mma.sync and wgmma both measure
+// compute.tensor.fp16.acc32): each contributes its variants, and the suite keeps the best.
 #pragma once
 #include <string>
 #include <vector>
@@ -11,12 +13,18 @@ class Registry {
  public:
   static Registry& instance();
   void add(ProbeFactory factory);
-  // Names for one device kind, in registration order.
+  // Distinct names for one device kind, sorted.
   std::vector<std::string> names(DeviceKind kind) const;
   // Names equal to `pattern` or starting with `pattern` + "."; "" selects all.
   std::vector<std::string> filter(DeviceKind kind, const std::string& pattern) const;
-  // Throws pgp::Error naming the probe when it does not exist for this device kind.
-  std::unique_ptr<Probe> create(DeviceKind kind, const std::string& name) const;
+  // Every implementation registered under `name`; throws pgp::Error naming the probe if none.
+  std::vector<std::unique_ptr<Probe>> implementations(DeviceKind kind, const std::string& name) const;
+  // The implementation that runs `variant` on `dev` ("" = the first one not waived there).
+  std::unique_ptr<Probe> create(const Device& dev, const std::string& name, const std::string& variant) const;
+  // Empty when some implementation of `name` runs on `dev`, else every implementation's reason.
+  std::optional<std::string> waiver(const Device& dev, const std::string& name) const;
+  // The variants of every implementation of `name` that is not waived on `dev`.
+  std::vector<std::string> variants(const Device& dev, const std::string& name, bool quick) const;
 
  private:
   struct Entry {

@@ -1,4 +1,4 @@
-// STREAM/BabelStream-style DRAM bandwidth probes: read, write, copy and triad over
+// STREAM/BabelStream-style DRAM bandwidth probes: read, write, copy, scale and triad over
 // fp64 arrays much larger than the last-level cache, split statically over OpenMP
 // threads. Inputs are random integers in [1, 15], so every result is exact in fp64
 // and verification compares bit for bit against values regenerated from the RNG.
@@ -13,7 +13,7 @@
 namespace pgp::cpu {
 namespace {
 
-enum class StreamOp { Read, Write, Copy, Triad };
+enum class StreamOp { Read, Write, Copy, Scale, Triad };
 
 struct StreamSpec {
   const char* name;
@@ -32,6 +32,8 @@ constexpr StreamSpec spec_of(StreamOp op) {
       return {"memory.dram.write", "DRAM write bandwidth, a[i] = v, fp64, OpenMP threads", 1, 0, 1, 0};
     case StreamOp::Copy:
       return {"memory.dram.copy", "DRAM copy bandwidth, b[i] = a[i], fp64, OpenMP threads", 2, 1, 1, 0};
+    case StreamOp::Scale:
+      return {"memory.dram.scale", "DRAM scale bandwidth, b[i] = s * a[i], fp64, OpenMP threads", 2, 1, 1, 1};
     case StreamOp::Triad:
       return {"memory.dram.triad", "DRAM triad bandwidth, a[i] = b[i] + s * c[i], fp64, OpenMP threads", 3, 2, 1, 2};
   }
@@ -45,7 +47,7 @@ constexpr size_t kGranule = 64;
 constexpr int64_t kMinArrayBytes = 1ll << 20;
 constexpr int64_t kMinDefaultArrayBytes = 64ll << 20;
 constexpr int64_t kMaxDefaultArrayBytes = 1ll << 30;
-constexpr double kTriadScalar = 3.0;
+constexpr double kScalar = 3.0;  // scale and triad
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Element i of input array `array` (0 = a, 1 = b, 2 = c).
@@ -83,6 +85,10 @@ double sum_of(const double* __restrict x, size_t count) {
 // Plain loops over restrict pointers: the compiler vectorizes them without alias checks.
 void fill_range(double* __restrict a, size_t count, double v) {
   for (size_t i = 0; i < count; ++i) a[i] = v;
+}
+
+void scale_range(const double* __restrict a, double* __restrict b, double s, size_t count) {
+  for (size_t i = 0; i < count; ++i) b[i] = s * a[i];
 }
 
 void triad_range(double* __restrict a, const double* __restrict b, const double* __restrict c, double s,
@@ -190,7 +196,8 @@ class StreamProbe final : public Probe {
       if constexpr (Op == StreamOp::Read) partial_sums_[p].value = sum_of(a + r.begin, count);
       if constexpr (Op == StreamOp::Write) fill_range(a + r.begin, count, write_value_);
       if constexpr (Op == StreamOp::Copy) copy_range(a + r.begin, b + r.begin, count);
-      if constexpr (Op == StreamOp::Triad) triad_range(a + r.begin, b + r.begin, c + r.begin, kTriadScalar, count);
+      if constexpr (Op == StreamOp::Scale) scale_range(a + r.begin, b + r.begin, kScalar, count);
+      if constexpr (Op == StreamOp::Triad) triad_range(a + r.begin, b + r.begin, c + r.begin, kScalar, count);
     });
   }
 
@@ -219,18 +226,19 @@ class StreamProbe final : public Probe {
              {"write_allocate", kSpec.arrays_written ? "not counted: plain stores may also read the line first"
                                                      : "none: no stores"}};
     if constexpr (Op == StreamOp::Read) p["flops"] = "0 counted: a bandwidth probe, the adds are not reported";
-    if constexpr (Op == StreamOp::Triad) p["scalar"] = format_double(kTriadScalar);
+    if constexpr (Op == StreamOp::Scale || Op == StreamOp::Triad) p["scalar"] = format_double(kScalar);
     return p;
   }
 
  private:
-  double* output() const { return arrays_[Op == StreamOp::Copy ? 1 : 0].data(); }
+  double* output() const { return arrays_[Op == StreamOp::Copy || Op == StreamOp::Scale ? 1 : 0].data(); }
 
   // The value a correct run leaves at i, regenerated from the RNG rather than read back.
   double expected_output(size_t i) const {
     if constexpr (Op == StreamOp::Write) return write_value_;
     if constexpr (Op == StreamOp::Copy) return input_value(0, i);
-    return input_value(1, i) + kTriadScalar * input_value(2, i);
+    if constexpr (Op == StreamOp::Scale) return kScalar * input_value(0, i);
+    return input_value(1, i) + kScalar * input_value(2, i);
   }
 
   int threads_ = 0;
@@ -246,6 +254,7 @@ class StreamProbe final : public Probe {
 PGP_REGISTER_PROBE(StreamProbe<StreamOp::Read>);
 PGP_REGISTER_PROBE(StreamProbe<StreamOp::Write>);
 PGP_REGISTER_PROBE(StreamProbe<StreamOp::Copy>);
+PGP_REGISTER_PROBE(StreamProbe<StreamOp::Scale>);
 PGP_REGISTER_PROBE(StreamProbe<StreamOp::Triad>);
 
 }  // namespace pgp::cpu

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/probe.h"
 #include "cuda/random_fill.h"
@@ -31,21 +32,57 @@ std::string device_unavailable_reason(int index);
 // Why `kernel` cannot launch on device `index` (no image for its architecture), or "".
 std::string missing_kernel_image_reason(const void* kernel, int index);
 
-// ---- hbm_stream.cu: grid-stride streams of 16-byte vectors -----------------------------
+// ---- hbm_stream.cu: HBM streams (read, write, copy, scale, triad) in variants -----------
+//
+// One kernel template covers every op, access width, unroll and cache hint; the variant
+// tables in hbm_stream.cu say which combinations are built and how each is launched.
 
-constexpr int kHbmBlock = 256;
-// Independent 16-byte loads (or stores) each thread issues before using them.
-constexpr int kHbmUnroll = 4;
+enum class HbmOp { Read, Write, Copy, Scale, Triad };
+// ld.global (default caching), ld.global.cg (L2 only, no L1 allocation) or ld.global.cs
+// (evict-first streaming load).
+enum class HbmLoad : uint8_t { Plain, Cg, Cs };
+// st.global (default) or st.global.cs (evict-first streaming store).
+enum class HbmStore : uint8_t { Plain, Cs };
+enum class HbmShape : uint8_t {
+  Occupancy,   // persistent grid: blocks per SM at full occupancy x SMs
+  Persistent,  // persistent grid: blocks_per_sm x SMs (fewer, fatter blocks)
+  BlockTiles,  // one tile of block x unroll vectors per block, grid covers the array
+  Bulk,        // copy only, sm_90+: cp.async.bulk global -> shared -> global
+};
 
-enum class HbmOp { Read, Write, Copy };
-const void* hbm_kernel(HbmOp op);
-// block_sums[b] = sum over the elements block b read, as an exact integer; grid entries.
-// Exact only while a thread's sum stays below 2^24: see hbm_read_max_vectors_per_thread.
-void launch_hbm_read(const float4* src, size_t n4, unsigned long long* block_sums, int grid, cudaStream_t stream);
-void launch_hbm_write(float4* dst, size_t n4, float value, int grid, cudaStream_t stream);
-void launch_hbm_copy(const float4* src, float4* dst, size_t n4, int grid, cudaStream_t stream);
-// Most float4 of values <= 15 one thread may add up in fp32 and stay exact (< 2^24).
-constexpr size_t hbm_read_max_vectors_per_thread() { return ((size_t{1} << 24) - 1) / (4 * 15); }
+struct HbmVariant {
+  HbmShape shape;
+  int vector_bytes;   // 4, 8 or 16 (float, float2, float4); Bulk: 16
+  int unroll;         // independent accesses per array in flight per thread; Bulk: stages
+  HbmLoad load;
+  HbmStore store;
+  int block;          // threads per block
+  int blocks_per_sm;  // Persistent and Bulk
+  int chunk_bytes;    // Bulk: bytes per stage
+  bool quick;         // one of the few the --quick suite measures
+};
+
+// What a run reads and writes. Arrays hold `floats` elements, a multiple of 4.
+struct HbmArrays {
+  const float* in0 = nullptr;  // read, copy, scale: the source; triad: b
+  const float* in1 = nullptr;  // triad: c
+  float* out = nullptr;        // write: dst; copy, scale: b; triad: a
+  unsigned long long* block_sums = nullptr;  // read: one exact integer total per block
+  size_t floats = 0;
+  float scalar = 0.0f;  // write: the value; scale (b = s * a), triad (a = b + s * c): s
+};
+
+// The variants built for `op`, in listing order (the first is the default).
+const std::vector<HbmVariant>& hbm_variants(HbmOp op);
+const void* hbm_kernel(HbmOp op, size_t variant);
+inline size_t hbm_dynamic_smem(const HbmVariant& v) {
+  return v.shape == HbmShape::Bulk ? static_cast<size_t>(v.unroll) * v.chunk_bytes : 0;
+}
+// Once per measurement, before launches: raises the kernel's dynamic shared-memory limit.
+void prepare_hbm_kernel(HbmOp op, size_t variant);
+void launch_hbm(HbmOp op, size_t variant, const HbmArrays& arrays, int grid, cudaStream_t stream);
+// Most floats of values <= 15 one thread may add up in fp32 and stay exact (< 2^24).
+constexpr size_t hbm_read_max_floats_per_thread() { return ((size_t{1} << 24) - 1) / 15; }
 
 // ---- mma_sync.cu: mma.sync.aligned.m16n8k16.row.col, fp16 inputs ---------------------
 

@@ -71,14 +71,22 @@ PGP_HOST_DEVICE inline float random_unit_float(uint64_t seed, uint64_t index) {
 // What every element of a float array holds: a random stream or one constant.
 // Used both to fill arrays and to check them, on either side.
 struct ExpectedValues {
-  enum class Kind : uint32_t { SmallInts, UnitFloats, Constant };
+  enum class Kind : uint32_t { SmallInts, UnitFloats, Constant, SmallIntCombination };
   Kind kind = Kind::Constant;
   uint64_t seed = 0;
   float constant = 0.0f;
+  // SmallIntCombination only: constant * small_ints(seed) + weight2 * small_ints(seed2).
+  uint64_t seed2 = 0;
+  float weight2 = 0.0f;
 
-  static ExpectedValues small_ints(uint64_t seed) { return {Kind::SmallInts, seed, 0.0f}; }
-  static ExpectedValues unit_floats(uint64_t seed) { return {Kind::UnitFloats, seed, 0.0f}; }
-  static ExpectedValues all(float value) { return {Kind::Constant, 0, value}; }
+  static ExpectedValues small_ints(uint64_t seed) { return {Kind::SmallInts, seed, 0.0f, 0, 0.0f}; }
+  static ExpectedValues unit_floats(uint64_t seed) { return {Kind::UnitFloats, seed, 0.0f, 0, 0.0f}; }
+  static ExpectedValues all(float value) { return {Kind::Constant, 0, value, 0, 0.0f}; }
+  // What scale (w2 = 0) and triad write from small_ints inputs; exact in fp32 (and so
+  // independent of FMA contraction) while the weights are small integers.
+  static ExpectedValues small_int_combination(float weight, uint64_t seed, float weight2, uint64_t seed2) {
+    return {Kind::SmallIntCombination, seed, weight, seed2, weight2};
+  }
 
   PGP_HOST_DEVICE float at(uint64_t index) const {
     switch (kind) {
@@ -86,6 +94,8 @@ struct ExpectedValues {
         return random_small_int_float(seed, index);
       case Kind::UnitFloats:
         return random_unit_float(seed, index);
+      case Kind::SmallIntCombination:
+        return constant * random_small_int_float(seed, index) + weight2 * random_small_int_float(seed2, index);
       default:
         return constant;
     }

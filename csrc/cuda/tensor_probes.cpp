@@ -61,6 +61,9 @@ class MmaSyncProbe : public CudaProbe {
            " accumulators, operands in registers";
   }
 
+  // One implementation of the fp16 tensor names; wgmma_probes.cpp adds Hopper's.
+  std::vector<std::string> variants(const Device&, bool) const final { return {"mma.sync.m16n8k16"}; }
+
   std::optional<std::string> waiver(const Device& dev) const final {
     if (auto reason = device_unavailable_reason(dev.index); !reason.empty()) return reason;
     int major = 0, minor = 0;

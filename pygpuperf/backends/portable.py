@@ -265,7 +265,9 @@ def default_buffer_bytes(device: torch.device) -> int:
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
     if l2 <= 0:
         return 256 * MiB
-    size = max(4 * l2, GiB)
+    # Same default as the native HBM probes (csrc/cuda/memory_probes.cpp), so both backends
+    # stream buffers of the same size: max(8 x L2, 4 GiB), within an eighth of device memory.
+    size = max(8 * l2, 4 * GiB)
     total = int(getattr(props, "total_memory", 0) or 0)
     return min(size, total // 8) if total else size
 
@@ -278,13 +280,21 @@ _READ_ROW = 1 << 16
 _FILL_VALUE = 7.0
 
 
+# Scale and triad multiply by a small integer, so every result is an exact float32 integer.
+_STREAM_SCALAR = 3
+# Verification compares this many elements at a time, bounding its temporary memory.
+_VERIFY_CHUNK = 16 * MiB
+
+
 class MemoryProbe(Probe):
-    """Streaming copy, read or write of fp32 buffers larger than the last-level cache."""
+    """Streaming copy, read, write, scale or triad of fp32 buffers larger than the last-level cache."""
 
     _DESCRIPTIONS = {
         "copy": "dst.copy_(src) on fp32 buffers; reads and writes the buffer once",
         "read": "row sums torch.sum(src, dim=1) into a small preallocated output; counts the read only",
         "write": "dst.fill_(value) on an fp32 buffer; counts the write only",
+        "scale": f"torch.mul(a, {_STREAM_SCALAR}, out=b) on fp32 buffers; reads a, writes b",
+        "triad": f"torch.add(b, c, alpha={_STREAM_SCALAR}, out=a) on fp32 buffers; reads b and c, writes a",
     }
 
     def __init__(self, level: str, kind: str) -> None:
@@ -294,6 +304,7 @@ class MemoryProbe(Probe):
         self._src: torch.Tensor | None = None
         self._dst: torch.Tensor | None = None
         self._reference: torch.Tensor | None = None
+        self._other: torch.Tensor | None = None  # triad's second input, c
         self._elements = 0
 
     def setup(self, device: torch.device, settings: RunSettings) -> None:
@@ -303,9 +314,11 @@ class MemoryProbe(Probe):
             elements -= elements % _READ_ROW
         self._elements = elements
         # Integers 1..15: never zero, and their sums are exact in float32 and float64.
-        if self.kind in ("copy", "read"):
+        if self.kind in ("copy", "read", "scale", "triad"):
             self._src = torch.randint(1, 16, (elements,), dtype=torch.float32, device=device)
-        if self.kind in ("copy", "write"):
+        if self.kind == "triad":
+            self._other = torch.randint(1, 16, (elements,), dtype=torch.float32, device=device)
+        if self.kind in ("copy", "write", "scale", "triad"):
             self._dst = torch.empty(elements, dtype=torch.float32, device=device)
         if self.kind == "read":
             rows = self._src_rows()
@@ -334,6 +347,10 @@ class MemoryProbe(Probe):
             return Work(bytes_read=size, bytes_written=size)
         if self.kind == "read":
             return Work(bytes_read=size)
+        if self.kind == "scale":
+            return Work(bytes_read=size, bytes_written=size, flops=self._elements)
+        if self.kind == "triad":
+            return Work(bytes_read=2 * size, bytes_written=size, flops=2.0 * self._elements)
         return Work(bytes_written=size)
 
     def poison(self) -> None:
@@ -346,6 +363,10 @@ class MemoryProbe(Probe):
             self._dst.copy_(self._src)
         elif self.kind == "read":
             torch.sum(self._src_rows(), dim=1, dtype=torch.float32, out=self._dst)
+        elif self.kind == "scale":
+            torch.mul(self._src, _STREAM_SCALAR, out=self._dst)
+        elif self.kind == "triad":
+            torch.add(self._src, self._other, alpha=_STREAM_SCALAR, out=self._dst)
         else:
             self._dst.fill_(_FILL_VALUE)
 
@@ -354,6 +375,8 @@ class MemoryProbe(Probe):
         if self.kind == "copy":
             ok = bool(torch.equal(self._dst, self._src))
             return ok, "destination equals source" if ok else "destination differs from source"
+        if self.kind in ("scale", "triad"):
+            return self._verify_stream()
         if self.kind == "write":
             wrong = int((self._dst != _FILL_VALUE).sum().item())
             ok = wrong == 0
@@ -365,19 +388,39 @@ class MemoryProbe(Probe):
         rows = self._reference.numel()
         return ok, f"{rows} row sums equal the float64 reference" if ok else f"{wrong} of {rows} row sums differ"
 
+    def _verify_stream(self) -> tuple[bool, str]:
+        """Scale and triad against the same formula in exact integer float32, chunk by chunk."""
+        assert self._src is not None and self._dst is not None
+        wrong = 0
+        for first in range(0, self._elements, _VERIFY_CHUNK):
+            chunk = slice(first, first + _VERIFY_CHUNK)
+            want = self._src[chunk] * _STREAM_SCALAR
+            if self.kind == "triad":
+                assert self._other is not None
+                want = self._src[chunk] + self._other[chunk] * _STREAM_SCALAR
+            wrong += int((self._dst[chunk] != want).sum().item())  # NaN != x: poison always counts
+        formula = "b = 3 a" if self.kind == "scale" else "a = b + 3 c"
+        if wrong == 0:
+            return True, f"all {self._elements} elements equal {formula}"
+        return False, f"{wrong} of {self._elements} elements differ from {formula}"
+
     def params(self) -> Params:
+        ops = {"copy": "Tensor.copy_", "read": "torch.sum(dim=1, out=)", "write": "Tensor.fill_",
+               "scale": "torch.mul(out=)", "triad": "torch.add(alpha=, out=)"}
         params = {
             "buffer_bytes": str(self._elements * 4),
             "elements": str(self._elements),
             "dtype": "fp32",
-            "op": {"copy": "Tensor.copy_", "read": "torch.sum(dim=1, out=)", "write": "Tensor.fill_"}[self.kind],
+            "op": ops[self.kind],
         }
         if self.kind == "read":
             params["row_length"] = str(min(_READ_ROW, self._elements))
+        if self.kind in ("scale", "triad"):
+            params["scalar"] = str(_STREAM_SCALAR)
         return params
 
     def teardown(self) -> None:
-        self._src = self._dst = self._reference = None
+        self._src = self._dst = self._reference = self._other = None
 
 
 # --------------------------------------------------------------------------- library matmul
@@ -467,7 +510,7 @@ class LibraryMatmulProbe(Probe):
     def waiver(self, device: torch.device) -> str | None:
         variant, kind = self.variant, device.type
         if variant in ("tf32", "fp16acc16") and kind != "cuda":
-            return f"{variant} is a cuBLAS mode set through torch.backends.cuda; it does not apply to {kind}"
+            return f"{variant} is a GPU matmul mode set through torch.backends.cuda; it does not apply to {kind}"
         if kind == "cpu":
             if variant == "fp16":
                 return "torch has no fast fp16 matmul for CPUs (seconds per run at N=1024); not measured"
@@ -649,7 +692,7 @@ class TransferProbe(Probe):
 
 def _make_probes(device: torch.device) -> dict[str, Probe]:
     level = memory_level(device)
-    probes: list[Probe] = [MemoryProbe(level, kind) for kind in ("copy", "read", "write")]
+    probes: list[Probe] = [MemoryProbe(level, kind) for kind in ("copy", "read", "write", "scale", "triad")]
     probes += [LibraryMatmulProbe(variant) for variant in _MATMUL_DTYPES]
     probes += [TransferProbe(d, h) for d in ("h2d", "d2h") for h in ("pinned", "pageable")]
     return {p.name: p for p in probes}

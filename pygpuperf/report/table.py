@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pygpuperf import peaks
+from pygpuperf.hierarchy import format_bytes
 from pygpuperf.results import Measurement, Results, best_per_backend
 
 # Workload parameters worth a place in the one-line summary (all of them are in results.json).
@@ -29,6 +31,14 @@ def _check(m: Measurement) -> str:
     if m.status == "error":
         return "[red]error[/red]"
     return "[green]verified[/green]" if m.verified else "[bold red]WRONG[/bold red]"
+
+
+def _derived_note(m: Measurement) -> str:
+    """Where a derived figure came from, e.g. 'sweep plateau, knee 32 KiB/worker (64 KiB)'."""
+    total = float(m.params.get("capacity_bytes", "nan"))
+    workers = int(m.params.get("workers", "1"))
+    knee = format_bytes(total) if workers <= 1 else f"{format_bytes(total / workers)}/worker ({format_bytes(total)})"
+    return f"[dim]sweep plateau, knee {knee}[/dim]" if math.isfinite(total) else "[dim]sweep plateau[/dim]"
 
 
 def measurement_table(results: Results) -> Table:
@@ -54,9 +64,11 @@ def measurement_table(results: Results) -> Table:
         pct = 100 * m.value / sheet if sheet and m.usable else None
         spread = f"{_fmt(m.stats.p5)}-{_fmt(m.stats.p95)}" if m.status == "ok" else "-"
         cv = f"{100 * m.stats.cv:.1f}%" if m.status == "ok" and math.isfinite(m.stats.cv) else "-"
-        check = _check(m) if m.status == "ok" else f"{_check(m)} {m.reason[:60]}"
+        check = _check(m) if m.status == "ok" else f"{_check(m)} {escape(m.reason[:60])}"
         if variants > 1:
             check += f" best of {variants}: {m.params.get('variant', '')}"
+        if m.params.get("derived_from"):
+            check += f" {_derived_note(m)}"
         table.add_row(m.name, m.backend, _fmt(m.value), m.unit, spread, cv, _fmt(sheet), _fmt(pct, 0), check)
     return table
 
@@ -82,7 +94,7 @@ def print_summary(results: Results, console: Console) -> None:
     if results.findings:
         console.print("\n[bold]Findings[/bold]")
         for f in results.findings:
-            console.print(f"  [{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity:7s}[/] {f.title}")
+            console.print(f"  [{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity:7s}[/] {escape(f.title)}")
             if f.suggestion:
-                console.print(f"          [dim]{f.suggestion}[/dim]")
+                console.print(f"          [dim]{escape(f.suggestion)}[/dim]")
     console.print(f"\n[dim]{results.meta.get('counting', '')}[/dim]")
