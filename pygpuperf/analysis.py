@@ -31,7 +31,7 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
     findings: list[Finding] = []
     card = peaks.datasheet_for(device_meta.get("name", ""))
     by_name: dict[str, list[Measurement]] = defaultdict(list)
-    throttled: dict[str, list[Measurement]] = defaultdict(list)
+    throttled: dict[str, dict[str, Measurement]] = defaultdict(dict)
     for m in measurements:
         by_name[m.name].append(m)
         if m.status == "error":
@@ -57,13 +57,12 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
         if m.telemetry:
             for reason in m.telemetry.throttle_reasons:
                 if reason not in _BENIGN_CLOCK_REASONS:
-                    throttled[reason].append(m)
+                    throttled[reason].setdefault(f"{m.name} ({m.backend})", m)  # once per probe, not per variant
     for reason, hit in throttled.items():
-        names = ", ".join(f"{m.name} [{m.backend}]" for m in hit)
         findings.append(Finding(
-            "warning", f"Clocks were held back by {reason.replace('_', ' ')} while {len(hit)} probe(s) ran: {names}.",
-            {"reason": reason, "sm_clock_mhz": {f"{m.name} [{m.backend}]": m.telemetry.median_sm_clock_mhz()
-                                                for m in hit}},
+            "warning", f"Clocks were held back by {reason.replace('_', ' ')} while {len(hit)} probe(s) ran: "
+            f"{', '.join(hit)}.",
+            {"reason": reason, "sm_clock_mhz": {label: m.telemetry.median_sm_clock_mhz() for label, m in hit.items()}},
             "Those figures are what the card sustains under its limits; check cooling and power limits "
             "before comparing them with another card."))
     for name, group in by_name.items():

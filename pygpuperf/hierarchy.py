@@ -33,11 +33,12 @@ Detection method (:func:`detect_levels`), on x = log2(size), y = ln(bandwidth):
    transition, not a level, and is dropped.
 6. Cache levels fall in bandwidth: a plateau not ``min_step`` above the next kept one
    (start-up effects at tiny windows, contention) is an artifact and is dropped.
-7. Knee: between two kept plateaus, the size where the measured series crosses the
-   geometric mean of their bandwidths (but at most ``MAX_KNEE_DROP`` below the upper one),
-   interpolated linearly in log-log. That is the capacity. When the series jumps straight
-   from one plateau to the next, the capacity is only known to lie in that gap, which the
-   level reports as its range. The last plateau has no knee, unless the sweep ended inside
+7. Knee: the size where the series, leaving a plateau, first falls ``KNEE_FALL`` below it,
+   interpolated linearly in log-log. That is the capacity: a cache serves everything up to
+   its size and starts missing beyond it, so the capacity is where the fall begins, not
+   its middle (on an H200 the fall past L1 is not even monotone: L2 serves part of it).
+   When the series jumps straight from one plateau to the next, the capacity is only known
+   to lie in that gap, which the level reports as its range. The last plateau has no knee, unless the sweep ended inside
    its fall (``TAIL_POINTS`` points ending ``TAIL_DROP`` lower): then the knee is taken
    against the end of the series.
 """
@@ -79,10 +80,9 @@ SIGNIFICANCE = 4.0
 # knee although the sweep stopped before the next plateau.
 TAIL_POINTS = 2
 TAIL_DROP = 1.5
-# The knee is never placed more than this factor below its plateau, so a level the sweep
-# did not resolve (a GPU's L2 seen through per-SM windows on a coarse grid) cannot pull
-# the crossing into itself. For one fall of more than 4x, the knee is where it has halved.
-MAX_KNEE_DROP = 2.0
+# The capacity is where bandwidth has fallen this far below its plateau (15 %): clear of
+# a few % noise, early in the fall.
+KNEE_FALL = 0.85
 
 # A detected capacity this far from the reported size is worth a warning.
 CAPACITY_TOLERANCE = 0.10
@@ -337,11 +337,11 @@ def _level(k: int, plateaus: list[Span], x: np.ndarray, y: np.ndarray, s: np.nda
         end = (x.size - 1, float(y[-1]))
     capacity = low = high = None
     if end is not None:
-        threshold = max((here + end[1]) / 2, here - math.log(MAX_KNEE_DROP))
-        knee, below, above = _crossing(x, y, last, end[0], threshold)
-        capacity = float(2.0**knee)
+        # From the plateau's start: a sagging plateau may already end below the threshold.
+        knee, below, above = _crossing(x, y, first, end[0], here + math.log(KNEE_FALL))
         # Known to within the gap only when the series jumps from plateau to plateau there.
         sharp = below == x[last] and above == x[end[0]] and k + 1 < len(plateaus)
+        capacity = float(2.0**knee)
         low, high = (float(2.0**below), float(2.0**above)) if sharp else (capacity, capacity)
     indices = tuple(int(i) for i in order[first: last + 1])
     return Level(bandwidth=float(np.median(b[list(indices)])), first_size=float(s[order[first]]),

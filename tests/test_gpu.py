@@ -68,7 +68,7 @@ def test_hbm_copy_reaches_half_the_theoretical_bandwidth(device_meta):
 
 def test_cuda_errors_arrive_as_exceptions_with_error_name_and_site():
     with pytest.raises(RuntimeError) as info:
-        native.run_probe("memory.hbm.copy", GPU, warmup=0, samples=1, size_bytes=1 << 50)  # 1 PiB
+        native.run_probe("memory.hbm.copy", GPU, warmup=0, samples=1, size_bytes=1 << 40)  # 1 TiB: launchable grid, impossible allocation
     text = str(info.value)
     assert "cudaErrorMemoryAllocation" in text
     assert re.search(r"\(at \w+\.(cpp|cu|h):\d+\)", text), text

@@ -27,14 +27,26 @@ def size_grid(first: float, last: float, per_octave: int) -> np.ndarray:
 
 def staircase(sizes: np.ndarray, levels: list[float], capacities: list[float], width_octaves: float,
               noise: float, seed: int) -> np.ndarray:
-    """Bandwidth falling from level to level at each capacity through a smooth (logistic in
-    log-log) transition of the given width, times lognormal noise of the given sigma."""
+    """Bandwidth falling from level to level through a smooth (logistic in log-log) transition
+    of the given width that has fallen KNEE_FALL below the upper level exactly at each
+    capacity (a cache misses beyond its size), times lognormal noise of the given sigma."""
     x = np.log2(sizes)
     y = np.full(x.size, math.log(levels[0]))
     for k, capacity in enumerate(capacities):
-        z = np.clip((x - math.log2(capacity)) / width_octaves, -60, 60)
-        y += (math.log(levels[k + 1]) - math.log(levels[k])) / (1 + np.exp(-z))
+        fall = math.log(levels[k + 1]) - math.log(levels[k])
+        q = math.log(hierarchy.KNEE_FALL) / fall  # fraction of the fall done at the capacity
+        centre = math.log2(capacity) - math.log(q / (1 - q)) * width_octaves
+        z = np.clip((x - centre) / width_octaves, -60, 60)
+        y += fall / (1 + np.exp(-z))
     return np.exp(y + np.random.default_rng(seed).normal(0, noise, x.size))
+
+
+def _capacity_found(level: Level, capacity: float, tol: float) -> bool:
+    """Within `tol` of the knee, or inside the gap a sharp step leaves it in (as CapacityCheck judges)."""
+    if level.capacity is None:
+        return False
+    low, high = level.capacity_low or level.capacity, level.capacity_high or level.capacity
+    return low * (1 - tol) <= capacity <= high * (1 + tol)
 
 
 def matches(found: list[Level], levels: list[float], capacities: list[float], level_tol: float = 0.05,
@@ -44,7 +56,7 @@ def matches(found: list[Level], levels: list[float], capacities: list[float], le
     for k, level in enumerate(found):
         if abs(level.bandwidth / levels[k] - 1) > level_tol:
             return False
-        if k < len(capacities) and (level.capacity is None or abs(level.capacity / capacities[k] - 1) > capacity_tol):
+        if k < len(capacities) and not _capacity_found(level, capacities[k], capacity_tol):
             return False
     return True
 
@@ -90,8 +102,9 @@ def test_three_plateaus_hold_across_noise_draws():
 def test_four_cpu_like_levels_on_a_sqrt2_grid():
     sizes = size_grid(4 * KiB, 512 * MiB, 2)
     levels, capacities = [3000.0, 1500.0, 700.0, 200.0], [64 * KiB, 1 * MiB, 32 * MiB]
-    ok = [matches(detect_levels(sizes, staircase(sizes, levels, capacities, 0.1, 0.03, seed)), levels, capacities)
-          for seed in range(20)]
+    # A sqrt(2) grid is 41 % between points: where a fall begins is found to about 15 %.
+    ok = [matches(detect_levels(sizes, staircase(sizes, levels, capacities, 0.1, 0.03, seed)), levels, capacities,
+                  capacity_tol=0.15) for seed in range(20)]
     assert all(ok)
 
 
@@ -111,27 +124,27 @@ def test_noise_alone_never_makes_an_extra_level(per_octave):
         assert len(detect_levels(sizes, staircase(sizes, [800.0], [], 0.1, 0.03, seed))) == 1, seed
 
 
-@pytest.mark.parametrize("width_octaves", [0.3, 0.5])
-def test_gradual_transition_is_one_knee_not_a_staircase(width_octaves):
-    """300 -> 100 spread over two to three octaves: still two levels, knee at the middle."""
+@pytest.mark.parametrize("width_octaves, tolerance", [(0.3, 0.10), (0.5, 0.15)])
+def test_gradual_transition_is_one_knee_not_a_staircase(width_octaves, tolerance):
+    """300 -> 100 spread over two to three octaves: still two levels, knee where it begins."""
     sizes = size_grid(8 * KiB, 128 * MiB, 2)
     results = [detect_levels(sizes, staircase(sizes, [300.0, 100.0], [1 * MiB], width_octaves, 0.03, seed))
                for seed in range(30)]
     assert sum(len(found) == 2 for found in results) >= 29
     for found in results:
         if len(found) == 2:
-            assert found[0].capacity == pytest.approx(1 * MiB, rel=0.10)
+            # Where a wide fall begins is less sharply defined under 3 % noise than its middle.
+            assert found[0].capacity == pytest.approx(1 * MiB, rel=tolerance)
 
 
 def test_long_gradual_fall_makes_no_false_levels():
-    """300 -> 40 over three octaves. A fall of more than 4x puts the knee where the bandwidth
-    has halved (MAX_KNEE_DROP), before the middle of the fall."""
+    """300 -> 40 over three octaves: two levels, the knee where the fall begins."""
     sizes = size_grid(8 * KiB, 128 * MiB, 2)
     results = [detect_levels(sizes, staircase(sizes, [300.0, 40.0], [1 * MiB], 0.5, 0.03, seed)) for seed in range(30)]
-    assert sum(len(found) == 2 for found in results) >= 29
+    assert sum(len(found) == 2 for found in results) >= 28
     for found in results:
         if len(found) == 2:
-            assert 0.5 * MiB < found[0].capacity < 1 * MiB
+            assert found[0].capacity == pytest.approx(1 * MiB, rel=0.15)
 
 
 def test_sharp_step_between_grid_points_is_bracketed():
@@ -154,7 +167,8 @@ def test_slowly_sagging_level_is_still_one_plateau():
     tail = size_grid(32 * MiB, 256 * MiB, 2)
     found = detect_levels(np.r_[sizes, tail], np.r_[sag, np.full(tail.size, 30.0)])
     assert len(found) == 2
-    assert found[0].capacity == pytest.approx(math.sqrt(16 * 32) * MiB, rel=0.2)
+    assert found[0].capacity_low == 16 * MiB and found[0].capacity_high == 32 * MiB
+    assert 16 * MiB <= found[0].capacity <= 32 * MiB
 
 
 def test_low_start_is_not_a_cache_level():
