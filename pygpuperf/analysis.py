@@ -126,6 +126,64 @@ def hierarchy_findings(measurements: list[Measurement], device_meta: dict[str, A
     return findings
 
 
+# FP32-accumulate at or below this fraction of FP16-accumulate is the half-rate design of
+# consumer parts; at or above SAME_RATE it is full rate.
+HALF_RATE_RATIO = 0.6
+SAME_RATE_RATIO = 0.9
+# A compute ceiling below this share of SMs x clock x per-SM rate is worth a finding.
+ARCH_LIMIT_SHARE = 0.8
+# Median SM clock below this share of its maximum during a compute probe is worth a finding.
+CLOCK_SHARE = 0.95
+
+
+def compute_findings(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:
+    """Accumulate-rate ratios, ceilings far below the architecture's limit, clocks below max."""
+    best = {m.name: m for m, _ in best_per_backend(measurements) if m.usable and m.name.startswith("compute.")
+            and not m.name.endswith(".sweep") and m.backend.startswith("native")}
+    findings: list[Finding] = []
+    for dtype in sorted({n.split(".")[2] for n in best if n.startswith("compute.tensor.")}):
+        acc32, acc16 = best.get(f"compute.tensor.{dtype}.acc32"), best.get(f"compute.tensor.{dtype}.acc16")
+        if not (acc32 and acc16):
+            continue
+        ratio = acc32.value / acc16.value
+        evidence = {"acc32": acc32.value, "acc16": acc16.value, "ratio": round(ratio, 3), "unit": acc32.unit}
+        if ratio <= HALF_RATE_RATIO:
+            findings.append(Finding(
+                "warning",
+                f"{dtype.upper()} tensor math with FP32 accumulation runs at {100 * ratio:.0f}% of the FP16-accumulate "
+                f"rate on this card ({acc32.value:,.0f} vs {acc16.value:,.0f} {acc32.unit}), the half-rate design of "
+                "consumer (GeForce-style) parts: AMP training, which accumulates in FP32, gets half the headline rate.",
+                evidence,
+                "bf16 only accumulates in FP32, so it runs at the same half rate; torch's allow_fp16_accumulation "
+                "reaches only library matmuls, not AMP convolutions. Compare cards at their FP32-accumulate rate."))
+        elif ratio >= SAME_RATE_RATIO:
+            findings.append(Finding(
+                "info", f"{dtype.upper()} tensor math runs at the same rate with FP32 and FP16 accumulation "
+                f"(ratio {ratio:.2f}), as on data-center and professional parts.", evidence, ""))
+    for name, m in best.items():
+        peak = peaks.theoretical_peak(name, device_meta)
+        if peak is not None and m.value < ARCH_LIMIT_SHARE * peak.value:
+            findings.append(Finding(
+                "warning", f"{name} reaches {100 * m.value / peak.value:.0f}% of what the architecture allows "
+                f"({m.value:,.0f} of {peak.value:,.0f} {m.unit}).",
+                {"measured": m.value, "limit": peak.value, "limit_source": peak.source,
+                 "variant": m.params.get("variant", ""), "sm_clock_mhz": m.telemetry.median_sm_clock_mhz()
+                 if m.telemetry else None},
+                "Check the clocks below; otherwise the probe's instruction mix is not at the unit's issue rate."))
+    max_mhz = device_meta.get("sm_clock_max_mhz")
+    slow = {name: m for name, m in best.items()
+            if max_mhz and m.telemetry and (m.telemetry.median_sm_clock_mhz() or max_mhz) < CLOCK_SHARE * max_mhz}
+    if slow:
+        clocks = {name: m.telemetry.median_sm_clock_mhz() for name, m in slow.items()}
+        reasons = sorted({r for m in slow.values() for r in m.telemetry.throttle_reasons})
+        findings.append(Finding(
+            "warning", f"{len(slow)} compute probe(s) ran below {100 * CLOCK_SHARE:.0f}% of the {max_mhz} MHz maximum "
+            f"SM clock (lowest median {min(clocks.values()):,.0f} MHz; reasons: {', '.join(reasons) or 'none given'}).",
+            {"sm_clock_mhz": clocks, "sm_clock_max_mhz": max_mhz, "reasons": reasons},
+            "These ceilings are what the card sustains at its power and thermal limits, not at its boost clock."))
+    return findings
+
+
 def place_workload(workload: WorkloadResult, model: MachineModel) -> WorkloadResult:
     """Fill the roofline placement of a workload from the machine model (in place)."""
     precision = workload.params.get("precision", "fp32")

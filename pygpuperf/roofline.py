@@ -143,6 +143,7 @@ def run(argv: list[str] | None = None) -> int:
     results.machine_model = MachineModel.from_measurements(str(device), results.measurements)
     results.findings = analysis.findings_for(results.measurements, results.meta["device"])
     results.findings += analysis.hierarchy_findings(results.measurements, results.meta["device"])
+    results.findings += analysis.compute_findings(results.measurements, results.meta["device"])
     for w in results.workloads:
         results.findings += analysis.workload_findings(w, results.machine_model)
 
