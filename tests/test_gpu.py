@@ -75,7 +75,8 @@ def test_cuda_errors_arrive_as_exceptions_with_error_name_and_site():
 
 
 @pytest.mark.parametrize("name", ["memory.hbm.copy", "memory.hbm.read", "memory.hbm.write", "compute.library.fp16",
-                                  "compute.library.bf16", "transfer.h2d.pinned", "transfer.d2h.pinned"])
+                                  "compute.library.bf16", "compute.library.fp8", "compute.library.int8",
+                                  "transfer.h2d.pinned", "transfer.d2h.pinned"])
 def test_portable_backend_on_cuda(name):
     backend = PortableBackend()
     assert backend.waiver(name, GPU) is None
@@ -116,3 +117,20 @@ def test_missing_device_is_waived_with_a_reason():
     for name in native.list_probes("cuda"):
         reason = native.probe_waiver(name, missing)
         assert reason, f"{name} claims to run on {missing}"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp8", "int8"])
+def test_library_shape_sweep_verifies_counts_and_flushes_l2(dtype):
+    backend, name = PortableBackend(), f"compute.library.{dtype}"
+    if backend.waiver(name, GPU):
+        pytest.skip(backend.waiver(name, GPU))
+    shapes = backend.variants(name, GPU)
+    assert "16384" in shapes and "65536x1024x4096" in shapes
+    for shape in ("1024", "65536x1024x4096"):
+        m = backend.measure(name, GPU, RunSettings(warmup=1, samples=3), shape)
+        assert m.verified, m.verify_detail
+        p = m.params
+        assert m.flops == 2 * int(p["M"]) * int(p["N"]) * int(p["K"])
+        assert p["variant"] == shape and p["l2_flushed"] == "True"
+        if dtype == "int8":
+            assert m.unit == "TOP/s" and p["accumulate"] == "int32"

@@ -126,3 +126,15 @@ def test_unknown_probe_and_bad_settings() -> None:
 def test_matmul_size_from_size_bytes_is_a_multiple_of_64() -> None:
     m = backend.measure("compute.library.fp32", CPU, RunSettings(warmup=0, samples=1, size_bytes=3 * 4 * 200 * 200))
     assert m.params["N"] == "192"
+
+
+def test_cpu_matmul_shape_variants_and_gpu_only_dtypes():
+    backend = PortableBackend()
+    assert backend.variants("compute.library.fp32", CPU) == ["1024", "512"]
+    assert backend.variants("compute.library.fp32", CPU, quick=True) == ["1024"]
+    m = backend.measure("compute.library.fp32", CPU, RunSettings(warmup=0, samples=2), "512")
+    assert m.verified and m.flops == 2 * 512**3 and m.params["variant"] == "512"
+    for dtype in ("fp8", "int8"):
+        assert "CUDA GPUs only" in backend.waiver(f"compute.library.{dtype}", CPU)
+    with pytest.raises(ValueError, match="no shape variant"):
+        backend.measure("compute.library.fp32", CPU, RunSettings(), "3x3")

@@ -151,6 +151,18 @@ class Probe(ABC):
         """Parameters worth reporting (sizes, dtype, op, flags)."""
         return {}
 
+    def variants(self, device: torch.device, quick: bool) -> list[str]:
+        """Implementation variants measured under this name ([""]: one)."""
+        return [""]
+
+    def use_variant(self, variant: str) -> None:
+        """Select one of variants() before setup()."""
+        if variant:
+            raise ValueError(f"probe '{self.name}' has no variant '{variant}'")
+
+    def before_sample(self) -> None:
+        """Untimed work queued before each timed sample (e.g. flushing a cache)."""
+
     def teardown(self) -> None:
         """Release what setup() allocated and restore any global state it changed."""
 
@@ -192,6 +204,7 @@ def run_probe(probe: Probe, device: torch.device, settings: RunSettings) -> Prob
                 probe.run()
             timer = make_timer(device, settings.samples)
             for i in range(settings.samples):
+                probe.before_sample()
                 timer.start(i)
                 probe.run()
                 timer.stop(i)
@@ -431,9 +444,15 @@ _MATMUL_DTYPES = {
     "fp16": torch.float16,
     "fp16acc16": torch.float16,
     "bf16": torch.bfloat16,
+    "fp8": getattr(torch, "float8_e4m3fn", None),  # through torch._scaled_mm, bf16 output
+    "int8": torch.int8,  # through torch._int_mm, int32 output
 }
-# Relative Frobenius error bounds of the method; NaN never passes.
-_MATMUL_TOLERANCE = {"fp32": 1e-5, "tf32": 5e-3, "fp16": 1e-2, "bf16": 1e-2, "fp16acc16": 5e-2}
+# Relative Frobenius error bounds of the method; NaN never passes. int8 must be exact.
+_MATMUL_TOLERANCE = {"fp32": 1e-5, "tf32": 5e-3, "fp16": 1e-2, "bf16": 1e-2, "fp16acc16": 5e-2, "fp8": 2e-2,
+                     "int8": 1e-12}
+# Shape sweep on accelerators (M x N x K): squares, one short-K and one tall-skinny shape.
+_MATMUL_SHAPES_GPU = ("8192", "1024", "2048", "4096", "16384", "16384x16384x1024", "65536x1024x4096")
+_MATMUL_SHAPES_CPU = ("1024", "512")
 _VERIFY_ROWS = 32
 
 
@@ -500,15 +519,30 @@ class LibraryMatmulProbe(Probe):
         self.variant = variant
         self.dtype = _MATMUL_DTYPES[variant]
         self.name = f"compute.library.{variant}"
-        accumulate = "fp16" if variant == "fp16acc16" else "fp32"
-        self.description = f"torch.matmul of square {variant} matrices, {accumulate} accumulation, preallocated output"
+        accumulate = {"fp16acc16": "fp16", "int8": "int32"}.get(variant, "fp32")
+        op = {"fp8": "torch._scaled_mm", "int8": "torch._int_mm"}.get(variant, "torch.matmul")
+        self.description = (f"{op} of {variant} matrices, {accumulate} accumulation, over a shape sweep "
+                            "(squares, short K, tall-skinny); L2 flushed before each sample on GPUs")
         self._a = self._b = self._out = None
-        self._n = 0
+        self._shape = ""  # "" = the device's default square
+        self._mnk = (0, 0, 0)
+        self._flush: torch.Tensor | None = None
         self._restore: list[Callable[[], None]] = []
         self._flags: Params = {}
 
+    def variants(self, device: torch.device, quick: bool) -> list[str]:
+        shapes = _MATMUL_SHAPES_CPU if device.type == "cpu" else _MATMUL_SHAPES_GPU
+        return list(shapes[:1] if quick else shapes)
+
+    def use_variant(self, variant: str) -> None:
+        if variant and variant not in _MATMUL_SHAPES_GPU + _MATMUL_SHAPES_CPU:
+            raise ValueError(f"probe '{self.name}' has no shape variant '{variant}'")
+        self._shape = variant
+
     def waiver(self, device: torch.device) -> str | None:
         variant, kind = self.variant, device.type
+        if variant in ("fp8", "int8"):
+            return self._low_precision_waiver(device)
         if variant in ("tf32", "fp16acc16") and kind != "cuda":
             return f"{variant} is a GPU matmul mode set through torch.backends.cuda; it does not apply to {kind}"
         if kind == "cpu":
@@ -539,19 +573,47 @@ class LibraryMatmulProbe(Probe):
             return None
         return _dtype_trial(device, self.dtype)
 
-    def _size(self, settings: RunSettings, device: torch.device) -> int:
-        if settings.size_bytes > 0:
-            n = int(math.isqrt(settings.size_bytes // (3 * self.dtype.itemsize)))
-        else:
-            n = 1024 if device.type == "cpu" else 8192
-        return max(64, n - n % 64)
+    def _low_precision_waiver(self, device: torch.device) -> str | None:
+        if device.type != "cuda" or torch.version.hip is not None:
+            return f"{self.variant} matmul is measured on CUDA GPUs only (torch._scaled_mm / torch._int_mm)"
+        if self.variant == "fp8":
+            if self.dtype is None or not hasattr(torch, "_scaled_mm"):
+                return f"torch {torch.__version__} has no float8_e4m3fn or torch._scaled_mm"
+            if torch.cuda.get_device_capability(device) < (8, 9):
+                return "fp8 matmul needs compute capability 8.9 or newer"
+        elif not hasattr(torch, "_int_mm") or torch.cuda.get_device_capability(device) < (8, 0):
+            return "int8 matmul through torch._int_mm needs compute capability 8.0 or newer"
+        return None
+
+    def _dims(self, settings: RunSettings, device: torch.device) -> tuple[int, int, int]:
+        if settings.size_bytes > 0 and not self._shape:
+            n = int(math.isqrt(settings.size_bytes // (3 * max(1, self.dtype.itemsize))))
+            n = max(64, n - n % 64)
+            return n, n, n
+        shape = self._shape or ("1024" if device.type == "cpu" else "8192")
+        dims = [int(d) for d in shape.split("x")]
+        return (dims[0],) * 3 if len(dims) == 1 else (dims[0], dims[1], dims[2])
 
     def setup(self, device: torch.device, settings: RunSettings) -> None:
-        n = self._n = self._size(settings, device)
-        # Normal data in fp32, then rounded to the probe's dtype: non-zero, well-scaled, exact reference inputs.
-        self._a = torch.randn(n, n, device=device).to(self.dtype)
-        self._b = torch.randn(n, n, device=device).to(self.dtype)
-        self._out = torch.empty(n, n, dtype=self.dtype, device=device)
+        m, n, k = self._mnk = self._dims(settings, device)
+        # Random data, never zeros: normal values rounded to the dtype; small integers for int8.
+        if self.variant == "int8":
+            self._a = torch.randint(-127, 128, (m, k), device=device, dtype=torch.int8)
+            self._b = torch.randint(-127, 128, (n, k), device=device, dtype=torch.int8).t()  # column-major
+            self._out = torch.empty(m, n, dtype=torch.int32, device=device)
+        elif self.variant == "fp8":
+            self._a = torch.randn(m, k, device=device).to(self.dtype)
+            self._b = torch.randn(n, k, device=device).to(self.dtype).t()  # _scaled_mm wants B column-major
+            self._scale = torch.ones((), device=device)
+            self._out = torch.empty(m, n, dtype=torch.bfloat16, device=device)
+        else:
+            self._a = torch.randn(m, k, device=device).to(self.dtype)
+            self._b = torch.randn(k, n, device=device).to(self.dtype)
+            self._out = torch.empty(m, n, dtype=self.dtype, device=device)
+        if device.type == "cuda":
+            # Each sample starts with cold L2: a write of twice its size evicts the operands.
+            l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+            self._flush = torch.empty(max(2 * l2, MiB), dtype=torch.uint8, device=device)
         self._flags = {}
         if device.type == "cuda":
             if self.dtype == torch.float32:
@@ -570,19 +632,30 @@ class LibraryMatmulProbe(Probe):
                 self._flags["allow_bf16_reduced_precision_reduction"] = str(value)
 
     def work(self) -> Work:
-        return Work(flops=2.0 * self._n**3)
+        m, n, k = self._mnk
+        return Work(flops=2.0 * m * n * k)
 
     def poison(self) -> None:
         assert self._out is not None
-        self._out.fill_(math.nan)
+        self._out.fill_(-(2**31) if self._out.dtype == torch.int32 else math.nan)
+
+    def before_sample(self) -> None:
+        if self._flush is not None:
+            self._flush.fill_(1)
 
     def run(self) -> None:
-        torch.matmul(self._a, self._b, out=self._out)
+        if self.variant == "fp8":
+            self._out.copy_(torch._scaled_mm(self._a, self._b, scale_a=self._scale, scale_b=self._scale,
+                                             out_dtype=torch.bfloat16))
+        elif self.variant == "int8":
+            self._out.copy_(torch._int_mm(self._a, self._b))
+        else:
+            torch.matmul(self._a, self._b, out=self._out)
 
     def verify(self) -> tuple[bool, str]:
         assert self._a is not None and self._b is not None and self._out is not None
-        n = self._n
-        rows = torch.arange(0, n, max(1, n // _VERIFY_ROWS), device=self._a.device)
+        m = self._mnk[0]
+        rows = torch.arange(0, m, max(1, m // _VERIFY_ROWS), device=self._a.device)
         target = _reference_device(self._a.device)
         reference = self._a[rows].to(target, torch.float64) @ self._b.to(target, torch.float64)
         got = self._out[rows].to(target, torch.float64)
@@ -593,21 +666,23 @@ class LibraryMatmulProbe(Probe):
         return ok, f"relative Frobenius error {error:.3g} {verdict} {tolerance:g} over {rows.numel()} sampled rows"
 
     def params(self) -> Params:
-        n = str(self._n)
+        m, n, k = self._mnk
+        op = {"fp8": "torch._scaled_mm (bf16 out, unit scales)", "int8": "torch._int_mm (int32 out)"}
         return {
-            "M": n,
-            "N": n,
-            "K": n,
+            "M": str(m),
+            "N": str(n),
+            "K": str(k),
             "dtype": self.variant,
-            "accumulate": "fp16" if self.variant == "fp16acc16" else "fp32",
-            "op": "torch.matmul(out=)",
+            "accumulate": {"fp16acc16": "fp16", "int8": "int32"}.get(self.variant, "fp32"),
+            "op": op.get(self.variant, "torch.matmul(out=)"),
+            "l2_flushed": str(self._flush is not None),
             **self._flags,
         }
 
     def teardown(self) -> None:
         while self._restore:
             self._restore.pop()()
-        self._a = self._b = self._out = None
+        self._a = self._b = self._out = self._flush = None
 
 
 # --------------------------------------------------------------------------- host <-> device transfers
@@ -718,8 +793,13 @@ class PortableBackend(Backend):
     def waiver(self, name: str, device: torch.device) -> str | None:
         return self._probe(name, device).waiver(device)
 
+    def variants(self, name: str, device: torch.device, quick: bool = False) -> list[str]:
+        return self._probe(name, device).variants(device, quick)
+
     def measure(self, name: str, device: torch.device, settings: RunSettings, variant: str = "") -> Measurement:
-        run = run_probe(self._probe(name, device), device, settings)
+        probe = self._probe(name, device)
+        probe.use_variant(variant)
+        run = run_probe(probe, device, settings)
         return Measurement.from_samples(
             name,
             sample_seconds=run.sample_seconds,
@@ -730,5 +810,5 @@ class PortableBackend(Backend):
             device=str(device),
             verified=run.verified,
             verify_detail=run.verify_detail,
-            params=run.params,
+            params={**run.params, **({"variant": variant} if variant else {})},
         )
