@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from pygpuperf import hierarchy, peaks
-from pygpuperf.results import (Finding, MachineModel, Measurement, WorkloadResult, best_per_backend,
+from pygpuperf.results import (Finding, MachineModel, Measurement, Results, WorkloadResult, best_per_backend,
                                lower_is_better)
 
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
@@ -136,6 +136,16 @@ ARCH_LIMIT_SHARE = 0.8
 CLOCK_SHARE = 0.95
 
 
+def annotate_rates_per_clock(measurements: list[Measurement], device_meta: dict[str, Any]) -> None:
+    """Add FLOP (or OP) per clock per multiprocessor at the clock measured during each compute probe."""
+    sms = device_meta.get("multiprocessor_count")
+    for m in measurements:
+        mhz = m.telemetry.median_sm_clock_mhz() if m.telemetry else None
+        if sms and mhz and m.usable and m.name.startswith("compute."):
+            m.params["flop_per_clock_per_sm"] = f"{m.value * 1e12 / (sms * mhz * 1e6):.1f}"
+            m.params["measured_sm_clock_mhz"] = f"{mhz:.0f}"
+
+
 def compute_findings(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:
     """Accumulate-rate ratios, ceilings far below the architecture's limit, clocks below max."""
     best = {m.name: m for m, _ in best_per_backend(measurements) if m.usable and m.name.startswith("compute.")
@@ -218,3 +228,16 @@ def workload_findings(workload: WorkloadResult, model: MachineModel) -> list[Fin
     suggestion = ("Most of the step is not matmul/conv arithmetic at full rate: look at elementwise and "
                   "normalization kernels, launch gaps and data layout." if pct < 30 else "")
     return [Finding(severity, title, evidence, suggestion)]
+
+
+def conclude(results: Results, device: str) -> None:
+    """Measurements -> machine model -> findings, in place: the cache levels read off the
+    sweeps' plateaus, per-clock rates, the model's ceilings, then every finding."""
+    meta = results.meta["device"]
+    results.measurements += hierarchy.derive_cache_measurements(results.measurements, meta)
+    annotate_rates_per_clock(results.measurements, meta)
+    results.machine_model = MachineModel.from_measurements(device, results.measurements)
+    results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)
+                        + compute_findings(results.measurements, meta))
+    for w in results.workloads:
+        results.findings += workload_findings(w, results.machine_model)

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pygpuperf import analysis, hierarchy, io, meta, suite
+from pygpuperf import analysis, io, meta, suite
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError, device_slug, resolve_device
 from pygpuperf.report.chart import roofline_chart
@@ -138,14 +138,7 @@ def run(argv: list[str] | None = None) -> int:
         interrupted = True
         results.meta["interrupted"] = True
         err.print("[yellow]interrupted: writing what was measured[/yellow]")
-    # Cache levels read off the sweeps' plateaus: memory.l1/l2/l3.read, marked derived_from.
-    results.measurements += hierarchy.derive_cache_measurements(results.measurements, results.meta["device"])
-    results.machine_model = MachineModel.from_measurements(str(device), results.measurements)
-    results.findings = analysis.findings_for(results.measurements, results.meta["device"])
-    results.findings += analysis.hierarchy_findings(results.measurements, results.meta["device"])
-    results.findings += analysis.compute_findings(results.measurements, results.meta["device"])
-    for w in results.workloads:
-        results.findings += analysis.workload_findings(w, results.machine_model)
+    analysis.conclude(results, str(device))
 
     paths = io.write_results(results, out)
     chart = roofline_chart(results, out / "roofline.png")

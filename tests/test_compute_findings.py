@@ -62,3 +62,10 @@ def test_torch_figures_and_unverified_probes_are_not_judged():
     torch_only = tensor("compute.tensor.fp16.acc16", 140.0)
     torch_only.backend = "torch-cuda"
     assert analysis.compute_findings([wrong, torch_only], RTX3090) == []
+
+
+def test_rate_per_clock_per_sm_uses_the_measured_clock():
+    m = tensor("compute.tensor.fp16.acc32", 900.0, sm_mhz=1800)
+    analysis.annotate_rates_per_clock([m], H200)
+    assert float(m.params["flop_per_clock_per_sm"]) == pytest.approx(900e12 / (132 * 1800e6), rel=1e-3)
+    assert m.params["measured_sm_clock_mhz"] == "1800"

@@ -110,4 +110,29 @@ const void* mma_kernel(MmaAccumulator acc);
 void launch_mma_sync(MmaAccumulator acc, const uint16_t* a, const uint16_t* b, const void* c, void* out, int iters,
                      int grid, cudaStream_t stream);
 
+
+// ---- mma_sync.cu: typed mma.sync probes (bf16, tf32, s8, e4m3), one template ------------
+
+// Input types of mma.sync.aligned.<shape>.row.col with 32-bit accumulators:
+//   BF16: m16n8k16 .f32.bf16.bf16.f32 (sm_80)   TF32: m16n8k8 .f32.tf32.tf32.f32 (sm_80)
+//   S8:   m16n8k32 .s32.s8.s8.s32     (sm_80)   E4M3: m16n8k32 .f32.e4m3.e4m3.f32 (sm_89)
+enum class MmaSyncInput { BF16, TF32, S8, E4M3 };
+
+// Independent accumulators per warp: 8 x 4 registers, as for fp16 with fp32 accumulators.
+constexpr int kMmaTypedAccumulators = 8;
+// Fragment registers per lane: A 4, B 2, C/D 4 (32-bit each) for all four shapes.
+constexpr int kMmaTypedARegs = 4;
+constexpr int kMmaTypedBRegs = 2;
+
+const void* mma_typed_kernel(MmaSyncInput input);
+// Operands arrive already in fragment order (the host applies the PTX ISA layouts):
+//   a: a[lane * 4 + r], b and neg_b (-B, elementwise): b[lane * 2 + r], packed 32-bit
+//      registers exactly as the instruction consumes them;
+//   c: c[(j * 32 + lane) * 4 + e], float (S8: int32) c0..c3 of accumulator j;
+//   out: out[((w * kMmaTypedAccumulators + j) * 32 + lane) * 4 + e], same type as c.
+// Each warp runs acc = mma(A, B, acc); acc = mma(A, -B, acc) `iters` times per
+// accumulator, then acc = mma(A, B, acc) once, so D_j = C_j + A * B.
+void launch_mma_sync_typed(MmaSyncInput input, const uint32_t* a, const uint32_t* b, const uint32_t* neg_b,
+                           const void* c, void* out, int iters, int grid, cudaStream_t stream);
+
 }  // namespace pgp::cuda

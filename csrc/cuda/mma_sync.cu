@@ -10,6 +10,8 @@
 // Each .b32 register holds two consecutive elements, the lower index in the low half.
 // With A row-major, B column-major and C row-major, every such pair is adjacent in
 // memory, so each register is one aligned 32-bit (or for fp32 C, 64-bit) load.
+#include <type_traits>
+
 #include "cuda/cuda_check.h"
 #include "cuda/kernels.h"
 
@@ -113,6 +115,122 @@ __global__ void __launch_bounds__(kMmaBlock, kMmaMinBlocksPerSm)
 constexpr int kF32Acc = mma_accumulators(MmaAccumulator::F32);
 constexpr int kF16Acc = mma_accumulators(MmaAccumulator::F16);
 
+// ---- Typed probes: one kernel template over a traits struct per input type ----------
+// The host lays A, B and C out in fragment order (see kernels.h), so the kernel needs
+// only each type's instruction, its accumulator register type and its minimum arch.
+
+#define PGP_MMA_TYPED_ASM(shape_types, constraint)                                                          \
+  asm volatile("mma.sync.aligned." shape_types " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "          \
+               "{%0, %1, %2, %3};\n"                                                                       \
+               : "+" constraint(d[0]), "+" constraint(d[1]), "+" constraint(d[2]), "+" constraint(d[3])    \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+
+struct Bf16Traits {
+  using Acc = float;
+  static constexpr int kMinArch = 800;
+  __device__ static __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    PGP_MMA_TYPED_ASM("m16n8k16.row.col.f32.bf16.bf16.f32", "f");
+#endif
+  }
+};
+
+struct Tf32Traits {
+  using Acc = float;
+  static constexpr int kMinArch = 800;
+  __device__ static __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    PGP_MMA_TYPED_ASM("m16n8k8.row.col.f32.tf32.tf32.f32", "f");
+#endif
+  }
+};
+
+struct S8Traits {
+  using Acc = int;
+  static constexpr int kMinArch = 800;
+  __device__ static __forceinline__ void mma(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    PGP_MMA_TYPED_ASM("m16n8k32.row.col.s32.s8.s8.s32", "r");
+#endif
+  }
+};
+
+struct E4m3Traits {
+  using Acc = float;
+  static constexpr int kMinArch = 890;
+  __device__ static __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    PGP_MMA_TYPED_ASM("m16n8k32.row.col.f32.e4m3.e4m3.f32", "f");
+#endif
+  }
+};
+
+#undef PGP_MMA_TYPED_ASM
+
+__device__ __forceinline__ uint32_t to_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ uint32_t to_bits(int v) { return static_cast<uint32_t>(v); }
+template <class Acc>
+__device__ __forceinline__ Acc from_bits(uint32_t v) {
+  if constexpr (std::is_same_v<Acc, float>) return __uint_as_float(v);
+  else return static_cast<Acc>(v);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kMmaBlock, kMmaMinBlocksPerSm)
+    mma_sync_typed_kernel(const uint32_t* a_frag, const uint32_t* b_frag, const uint32_t* neg_b_frag,
+                          const typename T::Acc* c, typename T::Acc* out, int iters) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (__CUDA_ARCH__ < T::kMinArch) {
+    __trap();  // the instruction needs a newer arch; the probe's waiver keeps this from being launched
+  } else {
+    using Acc = typename T::Acc;
+    constexpr int kAcc = kMmaTypedAccumulators;
+    const int lane = threadIdx.x & 31;
+    const uint4 a4 = reinterpret_cast<const uint4*>(a_frag)[lane];
+    const uint2 b2 = reinterpret_cast<const uint2*>(b_frag)[lane];
+    const uint2 nb2 = reinterpret_cast<const uint2*>(neg_b_frag)[lane];
+    const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
+    const uint32_t b[2] = {b2.x, b2.y};
+    const uint32_t neg_b[2] = {nb2.x, nb2.y};
+
+    Acc acc[kAcc][4];
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) {
+      const uint4 v = reinterpret_cast<const uint4*>(c)[j * 32 + lane];  // c0..c3, one 16-byte load
+      acc[j][0] = from_bits<Acc>(v.x);
+      acc[j][1] = from_bits<Acc>(v.y);
+      acc[j][2] = from_bits<Acc>(v.z);
+      acc[j][3] = from_bits<Acc>(v.w);
+    }
+
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) T::mma(acc[j], a, b);
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) T::mma(acc[j], a, neg_b);
+    }
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) T::mma(acc[j], a, b);
+
+    const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) {
+      Acc* dst = out + ((warp * kAcc + j) * 32 + lane) * 4;
+      *reinterpret_cast<uint4*>(dst) =
+          make_uint4(to_bits(acc[j][0]), to_bits(acc[j][1]), to_bits(acc[j][2]), to_bits(acc[j][3]));
+    }
+  }
+#endif
+}
+
+template <class T>
+void launch_typed(const uint32_t* a, const uint32_t* b, const uint32_t* neg_b, const void* c, void* out, int iters,
+                  int grid, cudaStream_t stream) {
+  using Acc = typename T::Acc;
+  mma_sync_typed_kernel<T><<<grid, kMmaBlock, 0, stream>>>(a, b, neg_b, static_cast<const Acc*>(c),
+                                                           static_cast<Acc*>(out), iters);
+}
+
 }  // namespace
 
 const void* mma_kernel(MmaAccumulator acc) {
@@ -130,6 +248,33 @@ void launch_mma_sync(MmaAccumulator acc, const uint16_t* a, const uint16_t* b, c
   } else {
     mma_sync_kernel<F16Accumulator, kF16Acc><<<grid, kMmaBlock, 0, stream>>>(
         a32, b32, static_cast<const uint32_t*>(c), static_cast<uint32_t*>(out), iters);
+  }
+  PGP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace pgp::cuda
+
+namespace pgp::cuda {
+
+const void* mma_typed_kernel(MmaSyncInput input) {
+  switch (input) {
+    case MmaSyncInput::BF16: return reinterpret_cast<const void*>(&mma_sync_typed_kernel<Bf16Traits>);
+    case MmaSyncInput::TF32: return reinterpret_cast<const void*>(&mma_sync_typed_kernel<Tf32Traits>);
+    case MmaSyncInput::S8: return reinterpret_cast<const void*>(&mma_sync_typed_kernel<S8Traits>);
+    case MmaSyncInput::E4M3: return reinterpret_cast<const void*>(&mma_sync_typed_kernel<E4m3Traits>);
+  }
+  PGP_CHECK(false, "unknown mma.sync input type");
+  return nullptr;
+}
+
+void launch_mma_sync_typed(MmaSyncInput input, const uint32_t* a, const uint32_t* b, const uint32_t* neg_b,
+                           const void* c, void* out, int iters, int grid, cudaStream_t stream) {
+  switch (input) {
+    case MmaSyncInput::BF16: launch_typed<Bf16Traits>(a, b, neg_b, c, out, iters, grid, stream); break;
+    case MmaSyncInput::TF32: launch_typed<Tf32Traits>(a, b, neg_b, c, out, iters, grid, stream); break;
+    case MmaSyncInput::S8: launch_typed<S8Traits>(a, b, neg_b, c, out, iters, grid, stream); break;
+    case MmaSyncInput::E4M3: launch_typed<E4m3Traits>(a, b, neg_b, c, out, iters, grid, stream); break;
+    default: PGP_CHECK(false, "unknown mma.sync input type");
   }
   PGP_CUDA_CHECK_LAUNCH();
 }
