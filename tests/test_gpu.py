@@ -134,3 +134,46 @@ def test_library_shape_sweep_verifies_counts_and_flushes_l2(dtype):
         assert p["variant"] == shape and p["l2_flushed"] == "True"
         if dtype == "int8":
             assert m.unit == "TOP/s" and p["accumulate"] == "int32"
+
+
+# mma.sync implementations of the bf16, tf32, int8 and fp8 tensor names: (name, variant,
+# instruction, K, minimum compute capability, newest major they run on natively).
+MMA_SYNC_TYPED = [
+    ("compute.tensor.bf16.acc32", "mma.sync.m16n8k16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16,
+     (8, 0), 99),
+    ("compute.tensor.tf32.acc32", "mma.sync.m16n8k8", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8,
+     (8, 0), 99),
+    ("compute.tensor.int8.acc32", "mma.sync.m16n8k32", "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", 32,
+     (8, 0), 99),
+    ("compute.tensor.fp8.acc32", "mma.sync.m16n8k32", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", 32,
+     (8, 9), 8),
+]
+
+
+def _mma_sync_runs_here(min_cc, max_major):
+    cc = torch.cuda.get_device_capability(GPU)
+    return cc >= min_cc and cc[0] <= max_major
+
+
+@pytest.mark.parametrize("name,variant,instruction,k,min_cc,max_major", MMA_SYNC_TYPED)
+def test_mma_sync_typed_probe_verifies_and_counts_flops(name, variant, instruction, k, min_cc, max_major):
+    variants = native.probe_variants(name, GPU)
+    if not _mma_sync_runs_here(min_cc, max_major):
+        assert variant not in variants  # waived: e.g. fp8 mma.sync is emulated on sm_90
+        pytest.skip(f"{instruction} is waived on compute capability {torch.cuda.get_device_capability(GPU)}")
+    assert variant in variants
+    run = native.run_probe(name, GPU, variant=variant, warmup=1, samples=3)
+    assert run.verified, run.verify_detail
+    p = run.params
+    assert p["instruction"] == instruction
+    warps = int(p["grid"]) * int(p["block"]) // 32
+    assert run.flops == warps * int(p["accumulators"]) * (2 * int(p["iters"]) + 1) * 2 * 16 * 8 * k
+    assert len(run.sample_seconds) == 3 and min(run.sample_seconds) > 0
+
+
+@pytest.mark.parametrize("name,variant,instruction,k,min_cc,max_major", MMA_SYNC_TYPED)
+def test_mma_sync_typed_probe_detects_unwritten_output(name, variant, instruction, k, min_cc, max_major):
+    if not _mma_sync_runs_here(min_cc, max_major):
+        pytest.skip(f"{instruction} is waived on compute capability {torch.cuda.get_device_capability(GPU)}")
+    run = native.run_probe(name, GPU, variant=variant, warmup=1, samples=2, poison_after_runs=True)
+    assert not run.verified, f"{name} {variant} verification passed on poisoned output: {run.verify_detail}"

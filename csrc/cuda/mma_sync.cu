@@ -180,7 +180,8 @@ __global__ void __launch_bounds__(kMmaBlock, kMmaMinBlocksPerSm)
     mma_sync_typed_kernel(const uint32_t* a_frag, const uint32_t* b_frag, const uint32_t* neg_b_frag,
                           const typename T::Acc* c, typename T::Acc* out, int iters) {
 #if defined(__CUDA_ARCH__)
-  if constexpr (__CUDA_ARCH__ < T::kMinArch) {
+  // A plain if (constant-folded), so T::mma stays referenced on every arch.
+  if (__CUDA_ARCH__ < T::kMinArch) {
     __trap();  // the instruction needs a newer arch; the probe's waiver keeps this from being launched
   } else {
     using Acc = typename T::Acc;

@@ -256,22 +256,27 @@ struct MmaTypeTraits {
   const char* variant;
   int bits;                 // bits per input element
   int min_major, min_minor;
+  int max_major;            // newest major measured natively (see kE4m3Traits)
   bool int_acc;             // s32 accumulators (else f32)
   double scale;             // A, B = k * scale; C = m * scale^2
 };
 
 constexpr MmaTypeTraits kBf16Traits{MmaSyncInput::BF16, "compute.tensor.bf16.acc32", "BF16",
                                     "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "mma.sync.m16n8k16",
-                                    16, 8, 0, false, 0.25};
+                                    16, 8, 0, 99, false, 0.25};
 constexpr MmaTypeTraits kTf32Traits{MmaSyncInput::TF32, "compute.tensor.tf32.acc32", "TF32",
                                     "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "mma.sync.m16n8k8",
-                                    32, 8, 0, false, 0.25};
+                                    32, 8, 0, 99, false, 0.25};
 constexpr MmaTypeTraits kS8Traits{MmaSyncInput::S8, "compute.tensor.int8.acc32", "INT8",
                                   "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", "mma.sync.m16n8k32",
-                                  8, 8, 0, true, 1.0};
+                                  8, 8, 0, 99, true, 1.0};
+// e4m3 mma.sync is native (QMMA.16832) on sm_89 only among the built targets. On sm_90
+// ptxas emulates it (F2FP unpack to f16, two HMMA.16816 per mma, FADD into the
+// accumulator) and hoists the loop-invariant A*B out of the loop, so a run would time
+// FADDs, not the tensor cores; Hopper's fp8 rate comes from the wgmma implementation.
 constexpr MmaTypeTraits kE4m3Traits{MmaSyncInput::E4M3, "compute.tensor.fp8.acc32", "FP8 (e4m3)",
                                     "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "mma.sync.m16n8k32",
-                                    8, 8, 9, false, 0.25};
+                                    8, 8, 9, 8, false, 0.25};
 
 double e4m3_value(uint32_t bits) {
   const int exponent = (bits >> 3) & 0xF;
@@ -327,6 +332,10 @@ class MmaSyncTypedProbe : public CudaProbe {
       return std::string(t_.instruction) + " needs compute capability " + std::to_string(t_.min_major) + "." +
              std::to_string(t_.min_minor) + " or newer; device has " + std::to_string(major) + "." +
              std::to_string(minor);
+    if (major > t_.max_major)
+      return std::string(t_.instruction) + " runs natively on the tensor cores only up to compute capability " +
+             std::to_string(t_.max_major) + ".x here (sm_90 emulates it with F2FP + HMMA and hoists the " +
+             "loop-invariant products); device has " + std::to_string(major) + "." + std::to_string(minor);
     if (auto reason = missing_kernel_image_reason(mma_typed_kernel(t_.input), dev.index); !reason.empty())
       return reason;
     return std::nullopt;
