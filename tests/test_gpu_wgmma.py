@@ -38,11 +38,8 @@ VARIANTS = [(kind, variant) for kind in KINDS for variant in variant_names(kind)
 
 
 def probe_name(kind: str) -> str:
-    """The registered name: fp16 carries '.wgmma' while mma.sync owns the plain fp16 names."""
-    name = f"compute.tensor.{kind}"
-    if name + ".wgmma" in native.list_probes("cuda"):
-        return name + ".wgmma"
-    return name
+    """The stable name; wgmma and mma.sync share it as variants."""
+    return f"compute.tensor.{kind}"
 
 
 def runnable(kind: str) -> str:
