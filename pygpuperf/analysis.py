@@ -239,5 +239,12 @@ def conclude(results: Results, device: str) -> None:
     results.machine_model = MachineModel.from_measurements(device, results.measurements)
     results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)
                         + compute_findings(results.measurements, meta))
+    missing = results.meta.get("extension", {}).get("error")
+    if missing:
+        results.findings.insert(0, Finding(
+            "warning", "The native extension did not load, so only torch-level figures were measured.",
+            {"import_error": missing},
+            "Build it with: pip install --no-build-isolation -e . (a non-editable install must be run from "
+            "outside the source tree, whose pygpuperf folder has no compiled extension)."))
     for w in results.workloads:
         results.findings += workload_findings(w, results.machine_model)

@@ -110,3 +110,4 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     results = io.load_results(out / "results.json")
     assert results.meta["interrupted"] is True
     assert len(results.measurements) >= 1
+

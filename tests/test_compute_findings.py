@@ -69,3 +69,16 @@ def test_rate_per_clock_per_sm_uses_the_measured_clock():
     analysis.annotate_rates_per_clock([m], H200)
     assert float(m.params["flop_per_clock_per_sm"]) == pytest.approx(900e12 / (132 * 1800e6), rel=1e-3)
     assert m.params["measured_sm_clock_mhz"] == "1800"
+
+
+def test_missing_native_extension_is_the_first_finding():
+    from pygpuperf.results import Results
+
+    meta = {"device": {"type": "cpu"}, "extension": {"error": "No module named 'pygpuperf._C'"}}
+    results = Results(meta=meta, measurements=[tensor("compute.tensor.fp16.acc32", 1.0)])
+    analysis.conclude(results, "cpu")
+    assert "native extension did not load" in results.findings[0].title
+    assert "pip install --no-build-isolation -e ." in results.findings[0].suggestion
+    loaded = Results(meta={"device": {"type": "cpu"}, "extension": {"cuda": "0"}})
+    analysis.conclude(loaded, "cpu")
+    assert not any("extension" in f.title for f in loaded.findings)
