@@ -53,6 +53,17 @@ std::string format_value(double v) {
   return text;
 }
 
+// What every mma.sync probe reports, whatever its input type.
+Params mma_sync_params(const std::string& instruction, int accumulators, int iters, int grid, int blocks_per_sm) {
+  return {{"instruction", instruction},
+          {"accumulators", std::to_string(accumulators)},
+          {"iters", std::to_string(iters)},
+          {"block", std::to_string(kMmaBlock)},
+          {"grid", std::to_string(grid)},
+          {"blocks_per_sm", std::to_string(blocks_per_sm)},
+          {"operands", "registers"}};
+}
+
 class MmaSyncProbe : public CudaProbe {
  public:
   std::string name() const final { return is_f32() ? "compute.tensor.fp16.acc32" : "compute.tensor.fp16.acc16"; }
@@ -135,13 +146,8 @@ class MmaSyncProbe : public CudaProbe {
 
   Params params() const final {
     const std::string acc_type = is_f32() ? "f32" : "f16";
-    return {{"instruction", "mma.sync.aligned.m16n8k16.row.col." + acc_type + ".f16.f16." + acc_type},
-            {"accumulators", std::to_string(accumulators_)},
-            {"iters", std::to_string(iters_)},
-            {"block", std::to_string(kMmaBlock)},
-            {"grid", std::to_string(grid_)},
-            {"blocks_per_sm", std::to_string(blocks_per_sm_)},
-            {"operands", "registers"}};
+    return mma_sync_params("mma.sync.aligned.m16n8k16.row.col." + acc_type + ".f16.f16." + acc_type, accumulators_,
+                           iters_, grid_, blocks_per_sm_);
   }
 
  protected:
@@ -401,13 +407,7 @@ class MmaSyncTypedProbe : public CudaProbe {
   }
 
   Params params() const final {
-    return {{"instruction", t_.instruction},
-            {"accumulators", std::to_string(kMmaTypedAccumulators)},
-            {"iters", std::to_string(iters_)},
-            {"block", std::to_string(kMmaBlock)},
-            {"grid", std::to_string(grid_)},
-            {"blocks_per_sm", std::to_string(blocks_per_sm_)},
-            {"operands", "registers"}};
+    return mma_sync_params(t_.instruction, kMmaTypedAccumulators, iters_, grid_, blocks_per_sm_);
   }
 
  protected:
