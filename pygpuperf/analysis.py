@@ -8,7 +8,7 @@ from typing import Any
 
 from pygpuperf import hierarchy, peaks
 from pygpuperf.results import (Finding, MachineModel, Measurement, Results, WorkloadResult, best_per_backend,
-                               lower_is_better)
+                               is_series_point, lower_is_better)
 
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
 BACKEND_AGREEMENT_FACTOR = 2.0
@@ -149,7 +149,7 @@ def annotate_rates_per_clock(measurements: list[Measurement], device_meta: dict[
 def compute_findings(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:
     """Accumulate-rate ratios, ceilings far below the architecture's limit, clocks below max."""
     best = {m.name: m for m, _ in best_per_backend(measurements) if m.usable and m.name.startswith("compute.")
-            and not m.name.endswith(".sweep") and m.backend.startswith("native")}
+            and not is_series_point(m.name) and m.backend.startswith("native")}
     findings: list[Finding] = []
     for dtype in sorted({n.split(".")[2] for n in best if n.startswith("compute.tensor.")}):
         acc32, acc16 = best.get(f"compute.tensor.{dtype}.acc32"), best.get(f"compute.tensor.{dtype}.acc16")
@@ -232,11 +232,14 @@ def workload_findings(workload: WorkloadResult, model: MachineModel) -> list[Fin
 
 def conclude(results: Results, device: str) -> None:
     """Measurements -> machine model -> findings, in place: the cache levels read off the
-    sweeps' plateaus, per-clock rates, the model's ceilings, then every finding."""
+    sweeps' plateaus, per-clock rates, the model's ceilings, the workloads' place on them,
+    then every finding."""
     meta = results.meta["device"]
     results.measurements += hierarchy.derive_cache_measurements(results.measurements, meta)
     annotate_rates_per_clock(results.measurements, meta)
     results.machine_model = MachineModel.from_measurements(device, results.measurements)
+    for w in results.workloads:
+        place_workload(w, results.machine_model)
     results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)
                         + compute_findings(results.measurements, meta))
     missing = results.meta.get("extension", {}).get("error")

@@ -209,7 +209,7 @@ class MachineModel:
         (read/write/copy/...); sweep points and bank-conflict cases are evidence, not ceilings."""
         model = MachineModel(device=device)
         for m in measurements:
-            if not m.usable or m.name.endswith(".sweep"):  # sweep points are series, not ceilings
+            if not m.usable or is_series_point(m.name):
                 continue
             family, _, rest = m.name.partition(".")
             lower = False
@@ -269,6 +269,11 @@ class WorkloadResult:
     attainable_tflops: float | None = None  # min(compute roof, intensity x memory roof)
     fraction_of_attainable: float | None = None
     notes: list[str] = field(default_factory=list)
+
+
+def is_series_point(name: str) -> bool:
+    """Sweep points (memory.sweep, latency.sweep, compute.sweep) are series, not ceilings or table rows."""
+    return name.endswith(".sweep")
 
 
 def lower_is_better(name: str) -> bool:

@@ -21,7 +21,7 @@ from pygpuperf.device import UsageError, device_slug, resolve_device
 from pygpuperf.report.chart import roofline_chart
 from pygpuperf.report.sweep_chart import sweep_chart
 from pygpuperf.report.table import print_summary
-from pygpuperf.results import MachineModel, Results
+from pygpuperf.results import Results
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
@@ -126,14 +126,13 @@ def run(argv: list[str] | None = None) -> int:
             _measure(probes, device, settings, results.measurements, err)
         finally:
             results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
-        results.machine_model = MachineModel.from_measurements(str(device), results.measurements)
         if model_name:
             from pygpuperf.workloads import get_workload, run_workload
 
             err.print(f"running {model_name} on {device} ...")
             steps = {"warmup": 1, "steps": 3} if args.quick else {}
             workload = run_workload(get_workload(model_name), device, batch_size=args.batch_size, **steps)
-            results.workloads.append(analysis.place_workload(workload, results.machine_model))
+            results.workloads.append(workload)  # placed on the roofline by analysis.conclude()
     except KeyboardInterrupt:
         interrupted = True
         results.meta["interrupted"] = True

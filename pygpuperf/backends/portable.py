@@ -10,16 +10,16 @@ generic loop, :func:`run_probe`.
 from __future__ import annotations
 
 import math
-import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import torch
 
 from pygpuperf.backends.base import Backend, RunSettings, memory_level
+from pygpuperf.hierarchy import cpu_cache_facts
+from pygpuperf.meta import host_memory_bytes
 from pygpuperf.results import Measurement
 
 MiB = 1 << 20
@@ -229,45 +229,11 @@ def _reference_device(device: torch.device) -> torch.device:
     return device if device.type in ("cpu", "cuda") else torch.device("cpu")
 
 
-def _cpu_l3_bytes() -> int | None:
-    """Total last-level cache of the host: sysconf where Python exposes it, else Linux sysfs."""
-    name = "SC_LEVEL3_CACHE_SIZE"
-    if name in getattr(os, "sysconf_names", {}):
-        try:
-            size = os.sysconf(name)
-            if size > 0:
-                return int(size)
-        except (OSError, ValueError):
-            pass
-    # sysfs lists each L3 instance once per CPU that shares it: sum the distinct instances.
-    instances: dict[str, int] = {}
-    for cache in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
-        try:
-            if (cache / "level").read_text().strip() != "3":
-                continue
-            shared = (cache / "shared_cpu_list").read_text().strip()
-            size = (cache / "size").read_text().strip()
-        except OSError:
-            continue
-        multiplier = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
-        digits = size.rstrip("KMG")
-        if digits.isdigit():
-            instances[shared] = int(digits) * multiplier
-    return sum(instances.values()) or None
-
-
-def _host_memory_bytes() -> int | None:
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def default_buffer_bytes(device: torch.device) -> int:
     """Per-buffer size for memory probes: several times the last-level cache, so runs stream from memory."""
     if device.type == "cpu":
-        size = max(4 * (_cpu_l3_bytes() or 32 * MiB), 64 * MiB)
-        host = _host_memory_bytes()
+        size = max(4 * (cpu_cache_facts().get("l3_cache_bytes") or 32 * MiB), 64 * MiB)
+        host = host_memory_bytes()
         # A copy needs two buffers plus a reference; never take more than an eighth of RAM.
         return min(size, host // 8) if host else size
     props = None

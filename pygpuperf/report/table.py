@@ -10,7 +10,7 @@ from rich.table import Table
 
 from pygpuperf import peaks
 from pygpuperf.hierarchy import format_bytes
-from pygpuperf.results import Measurement, Results, best_per_backend
+from pygpuperf.results import Measurement, Results, best_per_backend, is_series_point
 
 # Workload parameters worth a place in the one-line summary (all of them are in results.json).
 _WORKLOAD_KEYS = ("batch_size", "image_size", "precision", "memory_format")
@@ -53,7 +53,7 @@ def measurement_table(results: Results) -> Table:
         table.add_column(column, justify=justify, no_wrap=column != "check")
     family = None
     # Sweep points are a series (chart and JSON), not table rows.
-    listed = [m for m in results.measurements if not m.name.endswith(".sweep")]
+    listed = [m for m in results.measurements if not is_series_point(m.name)]
     rows = sorted(best_per_backend(listed), key=lambda r: (r[0].name.split(".")[0], r[0].name, r[0].backend))
     for m, variants in rows:
         this_family = m.name.split(".")[0]
