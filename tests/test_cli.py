@@ -1,7 +1,6 @@
 """The main command, end to end on the CPU, and its answers to bad input."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
