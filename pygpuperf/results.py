@@ -22,7 +22,8 @@ COUNTING_CONVENTION = (
 )
 
 # Unit of each measurement family, keyed by the first component of its name.
-_UNITS = {"memory": "GB/s", "transfer": "GB/s", "compute": "TFLOP/s", "latency": "ns"}
+# collective: bus bandwidth as nccl-tests defines it (busbw).
+_UNITS = {"memory": "GB/s", "transfer": "GB/s", "collective": "GB/s", "compute": "TFLOP/s", "latency": "ns"}
 _SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "TOP/s": 1e12}
 
 
@@ -201,6 +202,7 @@ class MachineModel:
     memory: dict[str, Ceiling] = field(default_factory=dict)  # "hbm" / "dram" / "l2" -> GB/s
     links: dict[str, Ceiling] = field(default_factory=dict)  # "h2d.pinned" -> GB/s
     latency: dict[str, Ceiling] = field(default_factory=dict)  # "l2" -> ns (lowest measured)
+    communication: dict[str, Ceiling] = field(default_factory=dict)  # "all_reduce" -> busbw GB/s
     origin: str = "measured"  # later: "datasheet"
 
     @staticmethod
@@ -221,6 +223,8 @@ class MachineModel:
                 key, table = rest, model.links
             elif family == "latency":
                 key, table, lower = rest, model.latency, True
+            elif family == "collective":
+                key, table = rest, model.communication
             else:
                 continue
             best = table.get(key)
@@ -338,7 +342,8 @@ class Results:
         def model(d: dict[str, Any] | None) -> MachineModel | None:
             if d is None:
                 return None
-            tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency")}
+            tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency", "communication")
+                      if k in d}
             return MachineModel(device=d["device"], origin=d["origin"], **tables)
 
         def workload(d: dict[str, Any]) -> WorkloadResult:
