@@ -84,6 +84,17 @@ def test_peak_detects_unwritten_output(name):
     assert not run.verified, f"{name} verification passed on poisoned output: {run.verify_detail}"
 
 
+@pytest.mark.parametrize("variant", ["rn", "rn.ftz"])
+def test_packed_fp16_forms_verify_and_name_their_instruction(variant):
+    assert native.probe_variants("compute.cuda.fp16x2", GPU) == ["rn", "rn.ftz"]
+    run = native.run_probe("compute.cuda.fp16x2", GPU, variant=variant, **FAST)
+    assert run.verified, run.verify_detail
+    assert ("ftz" in run.params["instruction"]) == (variant == "rn.ftz")
+    poisoned = native.run_probe("compute.cuda.fp16x2", GPU, variant=variant, warmup=1, samples=2,
+                                poison_after_runs=True)
+    assert not poisoned.verified
+
+
 def test_int32_says_how_it_counts():
     run = native.run_probe("compute.cuda.int32", GPU, **FAST)
     assert "2 ops" in run.params["op_count"]

@@ -49,6 +49,16 @@ struct Fp16x2Op {
   }
 };
 
+// Same recurrence with subnormals flushed: no value here is subnormal, so the results are
+// identical, but the flush-to-zero form may be scheduled on a different pipe by ptxas.
+struct Fp16x2FtzOp : Fp16x2Op {
+  __device__ static Value fma(Value x, Value a, Value b) {
+    Value d;
+    asm("fma.rn.ftz.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(a), "r"(b));
+    return d;
+  }
+};
+
 struct Bf16x2Op {
   using Value = uint32_t;  // .bf16x2 bits, lane 0 in the low half
   using Word = uint32_t;
@@ -280,12 +290,13 @@ __global__ void __launch_bounds__(kUtilityBlock)
 
 }  // namespace
 
-const void* core_peak_kernel(CorePrecision p) {
+const void* core_peak_kernel(CorePrecision p, bool flush_subnormals) {
   switch (p) {
     case CorePrecision::Fp32:
       return reinterpret_cast<const void*>(peak_kernel_for<Fp32Op>);
     case CorePrecision::Fp16x2:
-      return reinterpret_cast<const void*>(peak_kernel_for<Fp16x2Op>);
+      return flush_subnormals ? reinterpret_cast<const void*>(peak_kernel_for<Fp16x2FtzOp>)
+                              : reinterpret_cast<const void*>(peak_kernel_for<Fp16x2Op>);
     case CorePrecision::Bf16x2:
       return reinterpret_cast<const void*>(peak_kernel_for<Bf16x2Op>);
     case CorePrecision::Fp64:
@@ -296,12 +307,14 @@ const void* core_peak_kernel(CorePrecision p) {
   return reinterpret_cast<const void*>(peak_kernel_for<Int32Op>);
 }
 
-void launch_core_peak(CorePrecision p, void* out, uint64_t seed, int trips, int grid, cudaStream_t stream) {
+void launch_core_peak(CorePrecision p, void* out, uint64_t seed, int trips, int grid, cudaStream_t stream,
+                      bool flush_subnormals) {
   // a is a kernel argument, not a literal, so no step can be strength-reduced.
   switch (p) {
     case CorePrecision::Fp32:
       return launch_peak<Fp32Op>(out, seed, 0x3F000000u, trips, grid, stream);
     case CorePrecision::Fp16x2:
+      if (flush_subnormals) return launch_peak<Fp16x2FtzOp>(out, seed, 0x38003800u, trips, grid, stream);
       return launch_peak<Fp16x2Op>(out, seed, 0x38003800u, trips, grid, stream);
     case CorePrecision::Bf16x2:
       return launch_peak<Bf16x2Op>(out, seed, 0x3F003F00u, trips, grid, stream);

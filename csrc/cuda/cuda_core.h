@@ -68,9 +68,11 @@ PGP_HOST_DEVICE inline uint64_t peak_chain_index(uint64_t thread, int chain, int
   return (thread * kPeakChains + static_cast<uint64_t>(chain)) * lanes + lane;
 }
 
-const void* core_peak_kernel(CorePrecision p);
+// flush_subnormals selects the .ftz form (fp16x2 only; same results for these values).
+const void* core_peak_kernel(CorePrecision p, bool flush_subnormals = false);
 // out: kPeakChains x threads words of core_word_bytes(p) (threads = grid x kCoreBlock).
-void launch_core_peak(CorePrecision p, void* out, uint64_t seed, int trips, int grid, cudaStream_t stream);
+void launch_core_peak(CorePrecision p, void* out, uint64_t seed, int trips, int grid, cudaStream_t stream,
+                      bool flush_subnormals = false);
 
 // ---- Arithmetic-intensity sweep (fp32, fp16x2) ----------------------------------------
 //

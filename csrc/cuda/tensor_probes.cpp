@@ -64,6 +64,31 @@ Params mma_sync_params(const std::string& instruction, int accumulators, int ite
           {"operands", "registers"}};
 }
 
+// Compares n outputs with the one-warp reference (every warp computes the same tile) and
+// locates the first wrong one in the C/D fragment layout.
+template <class ValueAt>
+Verification check_against_reference(size_t n, ValueAt value_at, const std::vector<double>& reference,
+                                     int accumulators) {
+  size_t wrong = 0, first = 0;
+  double first_got = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double got = value_at(i);
+    if (got == reference[i % reference.size()]) continue;  // NaN poison never equals
+    if (wrong++ == 0) {
+      first = i;
+      first_got = got;
+    }
+  }
+  if (wrong == 0) return {true, "all " + std::to_string(n) + " values equal C + A*B exactly"};
+  const size_t per_warp = static_cast<size_t>(accumulators) * 32 * kMmaValuesPerLane;
+  return {false, std::to_string(wrong) + " of " + std::to_string(n) + " values wrong; first: warp " +
+                     std::to_string(first / per_warp) + " acc " +
+                     std::to_string(first / (32 * kMmaValuesPerLane) % accumulators) + " lane " +
+                     std::to_string(first / kMmaValuesPerLane % 32) + " elem " +
+                     std::to_string(first % kMmaValuesPerLane) + " got " + format_value(first_got) + " want " +
+                     format_value(reference[first % reference.size()])};
+}
+
 class MmaSyncProbe : public CudaProbe {
  public:
   std::string name() const final { return is_f32() ? "compute.tensor.fp16.acc32" : "compute.tensor.fp16.acc16"; }
@@ -115,25 +140,8 @@ class MmaSyncProbe : public CudaProbe {
     std::vector<uint8_t> raw(out_.bytes());
     PGP_CUDA_CHECK(cudaMemcpyAsync(raw.data(), out_.get(), raw.size(), cudaMemcpyDeviceToHost, cuda_stream()));
     synchronize();
-    const size_t n = out_values();
-    size_t wrong = 0, first = 0;
-    double first_got = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const double got = value_at(raw, i);
-      if (got == reference_[i % reference_.size()]) continue;  // NaN poison never equals
-      if (wrong++ == 0) {
-        first = i;
-        first_got = got;
-      }
-    }
-    if (wrong == 0) return {true, "all " + std::to_string(n) + " values equal C + A*B exactly"};
-    const size_t per_warp = static_cast<size_t>(accumulators_) * 32 * kMmaValuesPerLane;
-    return {false, std::to_string(wrong) + " of " + std::to_string(n) + " values wrong; first: warp " +
-                       std::to_string(first / per_warp) + " acc " +
-                       std::to_string(first / (32 * kMmaValuesPerLane) % accumulators_) + " lane " +
-                       std::to_string(first / kMmaValuesPerLane % 32) + " elem " +
-                       std::to_string(first % kMmaValuesPerLane) + " got " + format_value(first_got) + " want " +
-                       format_value(reference_[first % reference_.size()])};
+    return check_against_reference(out_values(), [&](size_t i) { return value_at(raw, i); }, reference_,
+                                   accumulators_);
   }
 
   void teardown() final {
@@ -377,24 +385,8 @@ class MmaSyncTypedProbe : public CudaProbe {
     PGP_CUDA_CHECK(
         cudaMemcpyAsync(raw.data(), out_.get(), out_.bytes(), cudaMemcpyDeviceToHost, cuda_stream()));
     synchronize();
-    const size_t n = raw.size();
-    size_t wrong = 0, first = 0;
-    double first_got = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const double got = value_of(raw[i]);
-      if (got == reference_[i % reference_.size()]) continue;  // NaN poison never equals
-      if (wrong++ == 0) {
-        first = i;
-        first_got = got;
-      }
-    }
-    if (wrong == 0) return {true, "all " + std::to_string(n) + " values equal C + A*B exactly"};
-    const size_t per_warp = static_cast<size_t>(kMmaTypedAccumulators) * 32 * 4;
-    return {false, std::to_string(wrong) + " of " + std::to_string(n) + " values wrong; first: warp " +
-                       std::to_string(first / per_warp) + " acc " +
-                       std::to_string(first / (32 * 4) % kMmaTypedAccumulators) + " lane " +
-                       std::to_string(first / 4 % 32) + " elem " + std::to_string(first % 4) + " got " +
-                       format_value(first_got) + " want " + format_value(reference_[first % reference_.size()])};
+    return check_against_reference(raw.size(), [&](size_t i) { return value_of(raw[i]); }, reference_,
+                                   kMmaTypedAccumulators);
   }
 
   void teardown() final {
