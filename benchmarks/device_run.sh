@@ -29,8 +29,11 @@ step "build (pip install --no-build-isolation --no-deps -e .)"
 PYGPUPERF_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -e . >>"$log" 2>&1 || {
   echo "build failed"; tail -60 "$log"; exit 1; }
 
-step "pytest -m gpu"
-python3 -m pytest -m gpu -v -rs 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
+step "SASS of the compute kernels"
+python3 benchmarks/sass_summary.py --json "$OUT/sass_summary.json" >"$OUT/sass_summary.txt" 2>&1 || echo "SASS summary failed"
+
+step "pytest -m 'gpu or multigpu'"
+python3 -m pytest -m "gpu or multigpu" -v -rs 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
 
 # The quick suites have time budgets (memory < 20 s, compute < 20 s): time them on their own.
 for family in "memory latency" "compute"; do

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import json
 import re
 import shutil
@@ -67,9 +68,12 @@ def main() -> int:
     if cuobjdump is None:
         print("cuobjdump not found (it ships with the CUDA toolkit)", file=sys.stderr)
         return 2
-    import pygpuperf._C as extension
-
-    run = subprocess.run([cuobjdump, "-sass", "-arch", args.arch, extension.__file__], capture_output=True, text=True)
+    # Located, not imported: loading it would need torch's libraries first.
+    spec = importlib.util.find_spec("pygpuperf._C")
+    if spec is None or not spec.origin:
+        print("pygpuperf._C is not built; install the package first", file=sys.stderr)
+        return 2
+    run = subprocess.run([cuobjdump, "-sass", "-arch", args.arch, spec.origin], capture_output=True, text=True)
     if run.returncode != 0:
         print(f"cuobjdump failed: {run.stderr.strip()}", file=sys.stderr)
         return 1
