@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pygpuperf import native
+from pygpuperf import native, pairs
 from pygpuperf.backends.base import Backend, RunSettings
 from pygpuperf.results import Measurement
 
@@ -24,24 +24,63 @@ class NativeBackend(Backend):
 
     def probe_names(self, device: torch.device) -> list[str]:
         device_type = self._device_type(device)
-        return native.list_probes(device_type) if device_type else []
+        if not device_type:
+            return []
+        names: list[str] = []
+        for name in native.list_probes(device_type):
+            # GPU-pair probes become one name per ordered pair (none with a single GPU).
+            names += pairs.expand(name, torch.cuda.device_count()) if pairs.is_pair_base(name) else [name]
+        return names
 
     def describe(self, name: str, device: torch.device) -> str:
-        return native.describe_probe(self._device_type(device) or device.type, name)
+        base, _, _ = pairs.split(name) or (name, 0, 0)
+        return native.describe_probe(self._device_type(device) or device.type, base)
 
     def waiver(self, name: str, device: torch.device) -> str | None:
         if self._device_type(device) is None:
             return f"no native {device.type} probes in this build"
-        return native.probe_waiver(name, device)
+        pair = pairs.split(name)
+        if pair is None:
+            return native.probe_waiver(name, device)
+        base, src, dst = pair
+        reason = native.probe_waiver(base, self._initiator(device, src))
+        if reason:
+            return reason
+        if not self._pair_variants(base, device, src, dst, quick=False):
+            return f"device {src} cannot run {base} towards device {dst}"
+        return None
 
     def variants(self, name: str, device: torch.device, quick: bool = False) -> list[str]:
-        return native.probe_variants(name, device, quick)
+        pair = pairs.split(name)
+        if pair is None:
+            return native.probe_variants(name, device, quick)
+        base, src, dst = pair
+        return self._pair_variants(base, device, src, dst, quick)
+
+    @staticmethod
+    def _initiator(device: torch.device, index: int) -> torch.device:
+        return torch.device(device.type, index)
+
+    def _pair_variants(self, base: str, device: torch.device, src: int, dst: int, quick: bool) -> list[str]:
+        """The sizes the native probe offers for this pair (its variants are '<dst>/<size>')."""
+        sizes = []
+        for variant in native.probe_variants(base, self._initiator(device, src), quick):
+            peer, size = pairs.parse_native_variant(variant)
+            if peer == dst:
+                sizes.append(size)
+        return sizes
 
     def measure(self, name: str, device: torch.device, settings: RunSettings, variant: str = "") -> Measurement:
+        probe_name, probe_device, probe_variant = name, device, variant
+        pair = pairs.split(name)
+        if pair is not None:
+            probe_name, src, dst = pair
+            probe_device = self._initiator(device, src)
+            probe_variant = pairs.native_variant(dst, variant)
         run = native.run_probe(
-            name,
-            device,
-            variant=variant,
+            probe_name,
+            probe_device,
+            variant=probe_variant,
             warmup=settings.warmup,
             samples=settings.samples,
             size_bytes=settings.size_bytes,
