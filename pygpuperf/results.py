@@ -83,13 +83,16 @@ class Stats:
 
 @dataclass
 class Telemetry:
-    """Clock and throttle samples taken while a probe ran (empty where the device has none)."""
+    """Clock, throttle and link samples taken while a probe ran (empty where the device has none)."""
 
     sm_clock_mhz: list[float] = field(default_factory=list)
     mem_clock_mhz: list[float] = field(default_factory=list)
     power_w: list[float] = field(default_factory=list)
     temperature_c: list[float] = field(default_factory=list)
     throttle_reasons: list[str] = field(default_factory=list)
+    # Links slow down when idle, so their speed is only worth reading while a transfer runs.
+    pcie_generation: list[float] = field(default_factory=list)
+    pcie_width: list[float] = field(default_factory=list)
 
     def median_sm_clock_mhz(self) -> float | None:
         return float(np.median(self.sm_clock_mhz)) if self.sm_clock_mhz else None
@@ -194,6 +197,25 @@ class Ceiling:
 
 
 @dataclass
+class LinkFit:
+    """A transfer size sweep fitted as time per copy = latency + size / bandwidth (pygpuperf.transfers).
+
+    Sizes count the payload of one copy as the measurement does: both directions for a
+    bidirectional one.
+    """
+
+    name: str  # measurement name, e.g. "transfer.h2d.pinned"
+    backend: str
+    bandwidth_gbs: float  # asymptotic, reached by large copies
+    latency_us: float  # fixed cost of one copy
+    n_half_bytes: float  # size that reaches half the asymptotic bandwidth: latency x bandwidth
+    points: int  # transfer sizes fitted
+    rms_relative_error: float  # of the fitted times per copy: 0.02 = the line passes within ~2 %
+    min_bytes: float
+    max_bytes: float
+
+
+@dataclass
 class MachineModel:
     """Measured ceilings of one device. Keys are measurement names without the family."""
 
@@ -204,11 +226,14 @@ class MachineModel:
     latency: dict[str, Ceiling] = field(default_factory=dict)  # "l2" -> ns (lowest measured)
     communication: dict[str, Ceiling] = field(default_factory=dict)  # "all_reduce" -> busbw GB/s
     origin: str = "measured"  # later: "datasheet"
+    link_fits: dict[str, LinkFit] = field(default_factory=dict)  # "h2d.pinned" -> latency + bandwidth fit
 
     @staticmethod
     def from_measurements(device: str, measurements: Iterable[Measurement]) -> "MachineModel":
         """Best usable figure per ceiling: memory levels take the best of their streams
-        (read/write/copy/...); sweep points and bank-conflict cases are evidence, not ceilings."""
+        (read/write/copy/...); sweep points and bank-conflict cases are evidence, not ceilings.
+        Transfers measured at several sizes also get a latency + bandwidth fit (link_fits)."""
+        measurements = list(measurements)  # read twice: ceilings, then the transfer fits
         model = MachineModel(device=device)
         for m in measurements:
             if not m.usable or is_series_point(m.name):
@@ -231,6 +256,9 @@ class MachineModel:
             better = best is None or (m.value < best.value if lower else m.value > best.value)
             if better:
                 table[key] = Ceiling(m.value, m.unit, m.name, m.backend)
+        from pygpuperf.transfers import link_fits  # transfers builds on this module
+
+        model.link_fits = link_fits(measurements)
         return model
 
     def ridge_point(self, compute_key: str, memory_key: str) -> float | None:
@@ -344,7 +372,8 @@ class Results:
                 return None
             tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency", "communication")
                       if k in d}
-            return MachineModel(device=d["device"], origin=d["origin"], **tables)
+            fits = {n: LinkFit(**f) for n, f in d.get("link_fits", {}).items()}  # absent from older documents
+            return MachineModel(device=d["device"], origin=d["origin"], link_fits=fits, **tables)
 
         def workload(d: dict[str, Any]) -> WorkloadResult:
             d = dict(d)

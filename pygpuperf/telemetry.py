@@ -1,4 +1,4 @@
-"""Device telemetry through NVML (nvidia-ml-py): static facts and clock/throttle sampling.
+"""Device telemetry through NVML (nvidia-ml-py): static facts and clock/throttle/link sampling.
 
 Everything degrades to "not available" on devices NVML does not manage.
 """
@@ -111,7 +111,7 @@ def _milli(value: int | None) -> float | None:
 
 
 class ClockSampler:
-    """Samples clocks, power, temperature and throttle reasons on a background thread."""
+    """Samples clocks, power, temperature, throttle reasons and the PCIe link on a background thread."""
 
     def __init__(self, device: torch.device, interval_s: float = 0.02):
         self._handle = nvml_handle(device)
@@ -132,6 +132,9 @@ class ClockSampler:
             (t.mem_clock_mhz, n.nvmlDeviceGetClockInfo, (h, n.NVML_CLOCK_MEM), 1.0),
             (t.power_w, n.nvmlDeviceGetPowerUsage, (h,), 1e-3),
             (t.temperature_c, n.nvmlDeviceGetTemperature, (h, n.NVML_TEMPERATURE_GPU), 1.0),
+            # Idle links train down to save power: read under load, these show what the transfer got.
+            (t.pcie_generation, n.nvmlDeviceGetCurrPcieLinkGeneration, (h,), 1),
+            (t.pcie_width, n.nvmlDeviceGetCurrPcieLinkWidth, (h,), 1),
         ):
             value = _safe(fn, *args)
             if value is not None:
