@@ -1,7 +1,7 @@
 """The portable backend: probes written with plain torch ops, for any torch device.
 
 It measures what torch itself delivers (``copy_``, ``fill_``, ``sum``, ``matmul``,
-host<->device ``copy_``) on CPU, CUDA/ROCm, XPU and MPS, with no compiled code.
+host<->device and GPU<->GPU ``copy_``) on CPU, CUDA/ROCm, XPU and MPS, with no compiled code.
 Each probe follows the same sequence as the native ones (csrc/core/probe.h):
 setup -> poison -> warm-up -> timed samples -> verify -> teardown, driven by one
 generic loop, :func:`run_probe`.
@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from pygpuperf import pairs
 from pygpuperf.backends.base import Backend, RunSettings, memory_level
 from pygpuperf.hierarchy import cpu_cache_facts
 from pygpuperf.meta import host_memory_bytes
@@ -651,7 +652,7 @@ class LibraryMatmulProbe(Probe):
         self._a = self._b = self._out = self._flush = None
 
 
-# --------------------------------------------------------------------------- host <-> device transfers
+# --------------------------------------------------------------------------- host <-> device and GPU <-> GPU transfers
 
 _pinning_cache: dict[str, str | None] = {}
 
@@ -667,18 +668,80 @@ def _pinning_waiver(device: torch.device) -> str | None:
     return _pinning_cache[device.type]
 
 
-class TransferProbe(Probe):
+def _size_name(size: int) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size}B"
+
+
+# Transfer sizes as the native transfer probes name their variants: 4 KiB to 1 GiB in powers of two.
+_TRANSFER_BYTES = {_size_name(1 << p): 1 << p for p in range(12, 31)}
+TRANSFER_SIZES = tuple(_TRANSFER_BYTES)
+QUICK_TRANSFER_SIZES = ("4KiB", "256KiB", "16MiB", "256MiB")
+_DEFAULT_TRANSFER_BYTES = 256 * MiB
+# Small copies go back to back until a run moves about 4 MiB, so the per-copy launch cost
+# does not stand in for the link's bandwidth.
+_RUN_TARGET_BYTES = 4 * MiB
+_MAX_COPIES_PER_RUN = 256
+
+
+def copies_per_run(size_bytes: int) -> int:
+    """clamp(ceil(4 MiB / size), 1, 256) back-to-back copies in one timed run."""
+    return min(max(math.ceil(_RUN_TARGET_BYTES / max(size_bytes, 1)), 1), _MAX_COPIES_PER_RUN)
+
+
+class _SizedCopyProbe(Probe):
+    """A copy probe sized by its variant ("4KiB" .. "1GiB"; "" = settings.size_bytes, else 256 MiB)."""
+
+    def __init__(self) -> None:
+        self._size = ""
+        self._bytes = 0  # one copy
+        self._copies = 1
+
+    def variants(self, device: torch.device, quick: bool) -> list[str]:
+        return list(QUICK_TRANSFER_SIZES if quick else TRANSFER_SIZES)
+
+    def use_variant(self, variant: str) -> None:
+        if variant and variant not in _TRANSFER_BYTES:
+            raise ValueError(f"probe '{self.name}' has no size variant '{variant}'; "
+                             f"sizes are {TRANSFER_SIZES[0]} to {TRANSFER_SIZES[-1]} in powers of two")
+        self._size = variant
+
+    def _elements(self, settings: RunSettings) -> int:
+        """fp32 elements of one copy; sets the copy size and the copies per run."""
+        if self._size:
+            size = _TRANSFER_BYTES[self._size]
+        else:
+            size = settings.size_bytes if settings.size_bytes > 0 else _DEFAULT_TRANSFER_BYTES
+        elements = max(size // 4, 1)
+        self._bytes = elements * 4
+        self._copies = copies_per_run(self._bytes)
+        return elements
+
+    def _copy_params(self) -> Params:
+        return {"bytes": str(self._bytes), "copies_per_run": str(self._copies), "engine": "copy engine"}
+
+
+def _host_values(elements: int, low: int = 1, pinned: bool = False) -> torch.Tensor:
+    """Integers low..low+14 as fp32 in host memory: never zero; distinct ranges tell two copies apart."""
+    values = torch.randint(low, low + 15, (elements,), dtype=torch.float32)
+    return values.pin_memory() if pinned else values
+
+
+class TransferProbe(_SizedCopyProbe):
     """Host-to-device or device-to-host copy_ of one buffer, from pinned or pageable host memory."""
 
     def __init__(self, direction: str, host_memory: str) -> None:
+        super().__init__()
         self.direction = direction  # "h2d" or "d2h"
         self.pinned = host_memory == "pinned"
         self.name = f"transfer.{direction}.{host_memory}"
         towards = "host to device" if direction == "h2d" else "device to host"
-        self.description = f"{towards} copy_(non_blocking=True) with {host_memory} host memory; payload counted once"
+        self.description = (f"{towards} copy_(non_blocking=True) with {host_memory} host memory, 4 KiB to 1 GiB; "
+                            "payload counted once")
         self._src: torch.Tensor | None = None
         self._dst: torch.Tensor | None = None
-        self._elements = 0
 
     def waiver(self, device: torch.device) -> str | None:
         if device.type == "cpu":
@@ -688,10 +751,8 @@ class TransferProbe(Probe):
         return None
 
     def setup(self, device: torch.device, settings: RunSettings) -> None:
-        size = settings.size_bytes if settings.size_bytes > 0 else 256 * MiB
-        self._elements = elements = max(size // 4, 1)
-        host_data = torch.randint(1, 16, (elements,), dtype=torch.float32)
-        host = host_data.pin_memory() if self.pinned else host_data
+        elements = self._elements(settings)
+        host = _host_values(elements, pinned=self.pinned)
         if self.direction == "h2d":
             self._src = host
             self._dst = torch.empty(elements, dtype=torch.float32, device=device)
@@ -700,7 +761,7 @@ class TransferProbe(Probe):
             self._dst = torch.empty(elements, dtype=torch.float32, pin_memory=self.pinned)
 
     def work(self) -> Work:
-        return Work(bytes_read=self._elements * 4.0)
+        return Work(bytes_read=float(self._bytes * self._copies))
 
     def poison(self) -> None:
         assert self._dst is not None
@@ -708,7 +769,8 @@ class TransferProbe(Probe):
 
     def run(self) -> None:
         assert self._dst is not None
-        self._dst.copy_(self._src, non_blocking=True)
+        for _ in range(self._copies):
+            self._dst.copy_(self._src, non_blocking=True)
 
     def verify(self) -> tuple[bool, str]:
         assert self._src is not None and self._dst is not None
@@ -718,14 +780,203 @@ class TransferProbe(Probe):
 
     def params(self) -> Params:
         return {
-            "buffer_bytes": str(self._elements * 4),
+            **self._copy_params(),
             "host_memory": "pinned" if self.pinned else "pageable",
+            "direction": "host to device" if self.direction == "h2d" else "device to host",
             "op": "Tensor.copy_(non_blocking=True)",
-            "counting": "payload bytes once",
+            "counting": "payload bytes, one direction",
         }
 
     def teardown(self) -> None:
         self._src = self._dst = None
+
+
+def _cuda_streams_waiver(device: torch.device, what: str) -> str | None:
+    if device.type == "cpu":
+        return "host and device are the same memory"
+    if device.type != "cuda":
+        return f"{what} are issued on torch.cuda streams, which {device.type} does not have"
+    return None
+
+
+class BidirTransferProbe(_SizedCopyProbe):
+    """Host-to-device and device-to-host copies at the same time, each on its own CUDA stream."""
+
+    name = "transfer.bidir.pinned"
+    description = ("host to device and device to host copy_(non_blocking=True) at once on two CUDA streams, pinned "
+                   "host memory, 4 KiB to 1 GiB; payload of both directions counted")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._device = torch.device("cpu")
+        self._to_device: tuple[torch.Tensor, torch.Tensor] | None = None  # (source, destination)
+        self._to_host: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._streams: list[torch.cuda.Stream] = []
+
+    def waiver(self, device: torch.device) -> str | None:
+        return _cuda_streams_waiver(device, "concurrent copies") or _pinning_waiver(device)
+
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        elements = self._elements(settings)
+        self._device = device
+        self._to_device = (_host_values(elements, pinned=True),
+                           torch.empty(elements, dtype=torch.float32, device=device))
+        self._to_host = (_host_values(elements, low=16).to(device),
+                         torch.empty(elements, dtype=torch.float32, pin_memory=True))
+        self._streams = [torch.cuda.Stream(device), torch.cuda.Stream(device)]
+
+    def work(self) -> Work:
+        return Work(bytes_read=float(2 * self._bytes * self._copies))
+
+    def poison(self) -> None:
+        assert self._to_device is not None and self._to_host is not None
+        self._to_device[1].fill_(math.nan)
+        self._to_host[1].fill_(math.nan)  # host memory: no copy is in flight before warm-up or after timing
+
+    def run(self) -> None:
+        assert self._to_device is not None and self._to_host is not None
+        timed = torch.cuda.current_stream(self._device)  # the stream the sample's events are recorded on
+        for stream in self._streams:
+            stream.wait_stream(timed)  # both directions start after the start event
+        for stream, (src, dst) in zip(self._streams, (self._to_device, self._to_host)):
+            with torch.cuda.stream(stream):
+                for _ in range(self._copies):
+                    dst.copy_(src, non_blocking=True)
+        for stream in self._streams:
+            timed.wait_stream(stream)  # the stop event waits for both directions
+
+    def verify(self) -> tuple[bool, str]:
+        assert self._to_device is not None and self._to_host is not None
+        to_device = bool(torch.equal(self._to_device[1].cpu(), self._to_device[0]))
+        to_host = bool(torch.equal(self._to_host[1], self._to_host[0].cpu()))
+        if to_device and to_host:
+            return True, "both destinations equal their sources"
+        wrong = [d for d, ok in (("host to device", to_device), ("device to host", to_host)) if not ok]
+        return False, f"{' and '.join(wrong)} destination differs from its source"
+
+    def params(self) -> Params:
+        return {
+            **self._copy_params(),
+            "host_memory": "pinned",
+            "direction": "both at once",
+            "op": "Tensor.copy_(non_blocking=True)",
+            "streams": "host to device on one CUDA stream, device to host on another, both after the start event",
+            "counting": "payload bytes, both directions",
+        }
+
+    def teardown(self) -> None:
+        self._to_device = self._to_host = None
+        self._streams = []
+
+
+# GPU <-> GPU references, one per ordered device pair (pygpuperf.pairs): the base names.
+_PEER_MODES = {"transfer.p2p.ce.write": "write", "transfer.p2p.ce.bidir": "bidir"}
+P2P_BASES = tuple(_PEER_MODES)
+
+
+class PeerCopyProbe(_SizedCopyProbe):
+    """Copies between two GPUs with Tensor.copy_, which torch issues as cudaMemcpyAsync on the source
+    device's current stream (the copy engine). write: src -> dst; bidir: both ways at once."""
+
+    def __init__(self, base: str, src: int, dst: int) -> None:
+        super().__init__()
+        self.base, self.mode = base, _PEER_MODES[base]
+        self.src, self.dst = src, dst
+        self.name = pairs.pair_name(base, src, dst)
+        if self.mode == "write":
+            self.description = (f"cuda:{dst} tensor.copy_(cuda:{src} tensor), issued on cuda:{src} (copy engine), "
+                                "4 KiB to 1 GiB; payload counted once")
+        else:
+            self.description = (f"cuda:{src} -> cuda:{dst} and cuda:{dst} -> cuda:{src} copy_ at once on two streams "
+                                "(copy engines), 4 KiB to 1 GiB; payload of both directions counted")
+        self._copies_made: list[tuple[torch.Tensor, torch.Tensor]] = []  # (source, destination) per direction
+        self._streams: list[torch.cuda.Stream] = []
+        self._peer_access = False
+
+    def waiver(self, device: torch.device) -> str | None:
+        if device.type != "cuda":
+            return f"GPU-to-GPU copies are measured between CUDA devices, not {device.type}"
+        count = torch.cuda.device_count()
+        if max(self.src, self.dst) >= count:
+            return f"cuda:{max(self.src, self.dst)} is not visible; this machine shows {count} CUDA device(s)"
+        if self.src == self.dst:
+            return "source and destination are the same device"
+        return None
+
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        elements = self._elements(settings)
+        src, dst = torch.device("cuda", self.src), torch.device("cuda", self.dst)
+        self._copies_made = [(_host_values(elements).to(src), torch.empty(elements, dtype=torch.float32, device=dst))]
+        if self.mode == "bidir":
+            self._copies_made.append((_host_values(elements, low=16).to(dst),
+                                      torch.empty(elements, dtype=torch.float32, device=src)))
+            # torch copies on the source device's current stream: one stream on each device.
+            self._streams = [torch.cuda.Stream(src), torch.cuda.Stream(dst)]
+        self._peer_access = torch.cuda.can_device_access_peer(self.src, self.dst)
+
+    def work(self) -> Work:
+        return Work(bytes_read=float(len(self._copies_made) * self._bytes * self._copies))
+
+    def poison(self) -> None:
+        for _, destination in self._copies_made:
+            destination.fill_(math.nan)
+
+    def run(self) -> None:
+        if self.mode == "write":
+            source, destination = self._copies_made[0]
+            for _ in range(self._copies):
+                destination.copy_(source, non_blocking=True)  # on cuda:src's current stream, the timed one
+            return
+        timed = torch.cuda.current_stream(torch.device("cuda", self.src))
+        for stream in self._streams:
+            stream.wait_stream(timed)
+        for stream, (source, destination) in zip(self._streams, self._copies_made):
+            with torch.cuda.stream(stream):
+                for _ in range(self._copies):
+                    destination.copy_(source, non_blocking=True)
+        for stream in self._streams:
+            timed.wait_stream(stream)
+
+    def verify(self) -> tuple[bool, str]:
+        wrong = [f"cuda:{s.device.index} -> cuda:{d.device.index}" for s, d in self._copies_made
+                 if not torch.equal(d.cpu(), s.cpu())]  # compared on the host, through another path
+        if not wrong:
+            return True, "every destination equals its source"
+        return False, f"{', '.join(wrong)}: destination differs from the source"
+
+    def params(self) -> Params:
+        i, j = str(self.src), str(self.dst)
+        both = self.mode == "bidir"
+        # Keys and values as the native pair probes report them, so the two backends line up.
+        params = {
+            **self._copy_params(),
+            "src": f"{i},{j}" if both else i,
+            "dst": f"{j},{i}" if both else j,
+            "initiator": i,
+            "peer": j,
+            "direction": "both ways at once" if both else "write: initiator to peer",
+            "p2p_access": "on" if self._peer_access else "off (torch.cuda.can_device_access_peer = False)",
+            "op": "Tensor.copy_(non_blocking=True)",
+            "counting": "payload bytes, both directions" if both else "payload bytes, one direction",
+        }
+        if both:
+            params["streams"] = "initiator to peer on a stream of the initiator, peer to initiator on one of the peer"
+        return params
+
+    def teardown(self) -> None:
+        for index in {self.src, self.dst}:
+            if index < torch.cuda.device_count():
+                torch.cuda.synchronize(index)  # side streams used these buffers: nothing may still run
+        self._copies_made = []
+        self._streams = []
+
+
+def pair_probe_names(device: torch.device) -> list[str]:
+    """transfer.p2p.<i>.<j>.* for every ordered pair of visible CUDA devices; none with fewer than two."""
+    if device.type != "cuda":
+        return []
+    count = torch.cuda.device_count()
+    return [name for base in P2P_BASES for name in pairs.expand(base, count)]
 
 
 # --------------------------------------------------------------------------- backend
@@ -736,6 +987,8 @@ def _make_probes(device: torch.device) -> dict[str, Probe]:
     probes: list[Probe] = [MemoryProbe(level, kind) for kind in ("copy", "read", "write", "scale", "triad")]
     probes += [LibraryMatmulProbe(variant) for variant in _MATMUL_DTYPES]
     probes += [TransferProbe(d, h) for d in ("h2d", "d2h") for h in ("pinned", "pageable")]
+    if device.type == "cuda":
+        probes.append(BidirTransferProbe())  # two concurrent copies need torch.cuda streams
     return {p.name: p for p in probes}
 
 
@@ -745,12 +998,16 @@ class PortableBackend(Backend):
     family = "torch"
 
     def probe_names(self, device: torch.device) -> list[str]:
-        return list(_make_probes(device))
+        return list(_make_probes(device)) + pair_probe_names(device)
 
     def _probe(self, name: str, device: torch.device) -> Probe:
+        pair = pairs.split(name)
+        if pair is not None and pair[0] in _PEER_MODES:
+            return PeerCopyProbe(*pair)
         probes = _make_probes(device)
         if name not in probes:
-            raise KeyError(f"no portable probe {name!r} for {device.type}; known: {', '.join(probes)}")
+            known = [*probes, *(f"{pairs.PAIR_PREFIX}<i>.<j>.{b[len(pairs.PAIR_PREFIX):]}" for b in P2P_BASES)]
+            raise KeyError(f"no portable probe {name!r} for {device.type}; known: {', '.join(known)}")
         return probes[name]
 
     def describe(self, name: str, device: torch.device) -> str:
@@ -765,6 +1022,9 @@ class PortableBackend(Backend):
     def measure(self, name: str, device: torch.device, settings: RunSettings, variant: str = "") -> Measurement:
         probe = self._probe(name, device)
         probe.use_variant(variant)
+        if isinstance(probe, PeerCopyProbe) and device.type == "cuda":
+            # Timed on the source GPU, whose current stream torch issues the copy on.
+            device = torch.device("cuda", probe.src)
         run = run_probe(probe, device, settings)
         return Measurement.from_samples(
             name,

@@ -1,0 +1,790 @@
+"""`python -m pygpuperf.collectives`: all_reduce, all_gather, reduce_scatter and broadcast bandwidth
+through torch.distributed (NCCL on CUDA GPUs, Gloo on the CPU).
+
+Counted as nccl-tests counts (doc/PERFORMANCE.md): S is the size of the whole array (for
+all_gather the gathered output, for reduce_scatter the input of one rank, so each rank holds
+S / n of the result), t the time of one operation on the slowest rank, algbw = S / t and
+busbw = algbw x factor: 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter,
+1 for broadcast. busbw is the measurement's value, so it can be held against link bandwidth
+whatever the number of ranks.
+
+Two ways to start it, with the same measuring code (:func:`measure_collectives`):
+in one command on one host, :func:`run_collectives` spawns one process per GPU (two on the
+CPU); under torchrun (``torchrun --nproc-per-node 8 -m pygpuperf.collectives``), every
+launched rank measures and rank 0 reports, on one host or many.
+
+Exit codes: 0 done, 2 bad input (one line naming the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from pygpuperf.backends.base import RunSettings
+from pygpuperf.device import UsageError
+from pygpuperf.hierarchy import format_bytes
+from pygpuperf.results import Finding, MachineModel, Measurement, Results
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
+QUICK_SIZES = (8 * KiB, 1 * MiB, 64 * MiB)
+# nccl-tests' defaults: 5 warm-up and 20 timed iterations.
+SETTINGS = RunSettings(warmup=5, samples=20)
+QUICK_SETTINGS = RunSettings(warmup=2, samples=10, quick=True)
+COUNTING = "nccl-tests: algbw = S / t, busbw = algbw x factor"
+
+_DTYPE = torch.float32
+_ITEM = 4
+_ROOT = 0  # broadcast's source rank
+# Verification looks at this many elements at a time, bounding its temporary memory.
+_VERIFY_CHUNK = 16 * MiB
+# Device cycles of spin per queued sample (torch.cuda._sleep) while the host queues the samples.
+_SPIN_CYCLES_PER_SAMPLE = 100_000
+_LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+# --------------------------------------------------------------------------- counting
+
+
+def bus_factor(op: str, world_size: int) -> float:
+    """nccl-tests' busbw correction factor for `op` over `world_size` ranks."""
+    if world_size < 1:
+        raise ValueError(f"world size must be at least 1, got {world_size}")
+    n = world_size
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+
+
+def bandwidths(op: str, size_bytes: float, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s of one operation on S = `size_bytes` that took `seconds`."""
+    algbw = size_bytes / seconds / 1e9
+    return algbw, algbw * bus_factor(op, world_size)
+
+
+def message_bytes(op: str, size_bytes: int, world_size: int) -> int:
+    """S actually moved for a requested size: whole fp32 elements, and for all_gather and
+    reduce_scatter a multiple of the ranks (each holds S / n), as nccl-tests rounds it."""
+    unit = _ITEM * world_size if op in ("all_gather", "reduce_scatter") else _ITEM
+    return size_bytes - size_bytes % unit
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kib|m|mib|g|gib)?\s*$", re.IGNORECASE)
+_SIZE_SCALE = {"": 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB}
+
+
+def parse_size(text: str) -> int:
+    """'64KiB', '1MiB', '1G', '65536' -> bytes (binary units). Raises ValueError."""
+    match = _SIZE.match(text)
+    if match is None or int(match.group(1)) == 0:
+        raise ValueError(f"size {text!r}: write a positive whole number of bytes, KiB, MiB or GiB, e.g. 8KiB, 1GiB")
+    return int(match.group(1)) * _SIZE_SCALE[(match.group(2) or "").lower()]
+
+
+def message_sizes(quick: bool = False, max_size: int | None = None, sizes: Sequence[int] | None = None) -> list[int]:
+    """Message sizes to measure: 8 KiB..1 GiB in powers of two (quick: 8 KiB, 1 MiB, 64 MiB), or
+    `sizes`, without those above `max_size`. Raises ValueError when none is left."""
+    candidates = list(sizes) if sizes is not None else list(QUICK_SIZES if quick else SIZES)
+    if not candidates or any(s <= 0 for s in candidates):
+        raise ValueError(f"message sizes must be positive, got {candidates}")
+    chosen = [s for s in candidates if max_size is None or s <= max_size]
+    if not chosen:
+        raise ValueError(f"no message size at or below {format_bytes(max_size or 0)}; the smallest is "
+                         f"{format_bytes(min(candidates))}")
+    return sorted(set(chosen))
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _values(rank: int, first: int, count: int, device: torch.device) -> torch.Tensor:
+    """Elements first..first+count of rank's input: integers 1..15 as fp32 from a hash of
+    (rank, index). Never zero, sums of them are exact, any rank can rebuild any other rank's
+    data chunk by chunk, and the same on every device (unlike a device RNG)."""
+    h = torch.arange(first, first + count, dtype=torch.int64, device=device)
+    # Every product stays below 2**63: no int64 overflow.
+    h = (h * 0x9E3779B1 + (rank + 1) * 0x85EBCA6B) & 0xFFFFFFFF
+    h = h ^ (h >> 16)
+    h = (h * 0x7FEB352D) & 0xFFFFFFFF
+    h = h ^ (h >> 15)
+    h = (h * 0x2C1B3C6D) & 0xFFFFFFFF
+    h = h ^ (h >> 16)
+    return (h % 15 + 1).to(_DTYPE)
+
+
+def _sum_of_ranks(world_size: int, first: int, count: int, device: torch.device) -> torch.Tensor:
+    total = _values(0, first, count, device)
+    for r in range(1, world_size):
+        total += _values(r, first, count, device)
+    return total
+
+
+def _mismatches(got: torch.Tensor, want: torch.Tensor) -> int:
+    return int((got != want).sum().item())  # NaN != x: poison always counts
+
+
+def _chunks(count: int) -> Iterable[tuple[int, int]]:
+    for first in range(0, count, _VERIFY_CHUNK):
+        yield first, min(_VERIFY_CHUNK, count - first)
+
+
+# --------------------------------------------------------------------------- operations
+
+
+class _Collective(ABC):
+    """One collective on one message size, on this rank: setup -> poison -> (prepare, run) x
+    warm-up and samples -> wrong() -> teardown."""
+
+    op: str
+    function: str  # the torch.distributed call, for params
+    checks: str  # what wrong() compares, for the verification detail
+
+    def __init__(self, size_bytes: int, rank: int, world_size: int, device: torch.device) -> None:
+        self.size_bytes = message_bytes(self.op, size_bytes, world_size)
+        self.rank, self.world_size, self.device = rank, world_size, device
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Allocate; fill inputs with this rank's data."""
+
+    def prepare(self) -> None:
+        """Untimed work before each run."""
+
+    @abstractmethod
+    def run(self) -> None: ...
+
+    @abstractmethod
+    def poison(self) -> None:
+        """Overwrite this rank's output with NaN, a value no correct run produces."""
+
+    @abstractmethod
+    def wrong(self) -> int:
+        """Elements of this rank's output that differ from the expected result."""
+
+    def teardown(self) -> None:
+        """Drop every tensor (also after a setup that failed half way)."""
+        for key, value in list(vars(self).items()):
+            if isinstance(value, torch.Tensor):
+                setattr(self, key, None)
+
+
+class _AllReduce(_Collective):
+    op, function = "all_reduce", "all_reduce(SUM)"
+    checks = "every rank holds the sum of all ranks' inputs"
+
+    def setup(self) -> None:
+        self.count = self.size_bytes // _ITEM
+        self.input = _values(self.rank, 0, self.count, self.device)
+        self.buffer = torch.empty_like(self.input)
+
+    def prepare(self) -> None:
+        # all_reduce works in place: every run starts from the input, so sums stay exact and
+        # the last timed run is the one verified.
+        self.buffer.copy_(self.input)
+
+    def run(self) -> None:
+        dist.all_reduce(self.buffer, op=dist.ReduceOp.SUM)
+
+    def poison(self) -> None:
+        self.buffer.fill_(math.nan)
+
+    def wrong(self) -> int:
+        return sum(_mismatches(self.buffer[f:f + c], _sum_of_ranks(self.world_size, f, c, self.device))
+                   for f, c in _chunks(self.count))
+
+
+class _AllGather(_Collective):
+    op, function = "all_gather", "all_gather_single"
+    checks = "every rank holds every rank's input in rank order"
+
+    def setup(self) -> None:
+        self.part = self.size_bytes // (_ITEM * self.world_size)
+        self.input = _values(self.rank, 0, self.part, self.device)
+        self.output = torch.empty(self.part * self.world_size, dtype=_DTYPE, device=self.device)
+
+    def run(self) -> None:
+        # all_gather_into_tensor before torch 2.12.
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather(self.output, self.input)
+
+    def poison(self) -> None:
+        self.output.fill_(math.nan)
+
+    def wrong(self) -> int:
+        wrong = 0
+        for r in range(self.world_size):
+            block = self.output[r * self.part:(r + 1) * self.part]
+            wrong += sum(_mismatches(block[f:f + c], _values(r, f, c, self.device)) for f, c in _chunks(self.part))
+        return wrong
+
+
+class _ReduceScatter(_Collective):
+    op, function = "reduce_scatter", "reduce_scatter_single(SUM)"
+    checks = "rank k holds block k of the sum of all ranks' inputs"
+
+    def setup(self) -> None:
+        self.part = self.size_bytes // (_ITEM * self.world_size)
+        self.input = _values(self.rank, 0, self.part * self.world_size, self.device)
+        self.output = torch.empty(self.part, dtype=_DTYPE, device=self.device)
+
+    def run(self) -> None:
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        scatter(self.output, self.input, op=dist.ReduceOp.SUM)
+
+    def poison(self) -> None:
+        self.output.fill_(math.nan)
+
+    def wrong(self) -> int:
+        offset = self.rank * self.part
+        return sum(_mismatches(self.output[f:f + c], _sum_of_ranks(self.world_size, offset + f, c, self.device))
+                   for f, c in _chunks(self.part))
+
+
+class _Broadcast(_Collective):
+    op, function = "broadcast", f"broadcast(src={_ROOT})"
+    checks = f"every rank holds rank {_ROOT}'s input"
+
+    def setup(self) -> None:
+        self.count = self.size_bytes // _ITEM
+        if self.rank == _ROOT:
+            self.buffer = _values(_ROOT, 0, self.count, self.device)
+        else:
+            self.buffer = torch.empty(self.count, dtype=_DTYPE, device=self.device)
+
+    def run(self) -> None:
+        dist.broadcast(self.buffer, src=_ROOT)
+
+    def poison(self) -> None:
+        if self.rank != _ROOT:  # the root's buffer is the source: the receivers' copies are the output
+            self.buffer.fill_(math.nan)
+
+    def wrong(self) -> int:
+        return sum(_mismatches(self.buffer[f:f + c], _values(_ROOT, f, c, self.device)) for f, c in _chunks(self.count))
+
+
+_COLLECTIVES: dict[str, type[_Collective]] = {c.op: c for c in (_AllReduce, _AllGather, _ReduceScatter, _Broadcast)}
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _barrier(device: torch.device) -> None:
+    if device.type == "cuda":
+        dist.barrier(device_ids=[device.index])
+    else:
+        dist.barrier()
+
+
+def _reduce(values: Sequence[float], op: dist.ReduceOp, dtype: torch.dtype, device: torch.device) -> list[float]:
+    t = torch.tensor(list(values), dtype=dtype, device=device)
+    dist.all_reduce(t, op=op)
+    return t.tolist()
+
+
+def _sample_seconds(coll: _Collective, device: torch.device, settings: RunSettings) -> list[float]:
+    """This rank's time of each sample, one operation per sample."""
+    for _ in range(settings.warmup):
+        coll.prepare()
+        coll.run()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        _barrier(device)
+        begin = [torch.cuda.Event(enable_timing=True) for _ in range(settings.samples)]
+        end = [torch.cuda.Event(enable_timing=True) for _ in range(settings.samples)]
+        # The GPU spins while the host queues every sample, so the events time the operations
+        # back to back on the device and not the host's launch cost (as nccl-tests' loop does).
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is not None:
+            sleep(_SPIN_CYCLES_PER_SAMPLE * settings.samples)
+        for i in range(settings.samples):
+            coll.prepare()
+            begin[i].record()
+            coll.run()  # NCCL's stream waits for the current stream and the current one for it
+            end[i].record()
+        end[-1].synchronize()
+        return [b.elapsed_time(e) / 1e3 for b, e in zip(begin, end)]
+    seconds = []
+    for _ in range(settings.samples):
+        coll.prepare()
+        _barrier(device)  # every rank starts the sample together
+        start = time.perf_counter()
+        coll.run()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def _group_facts(device: torch.device) -> dict[str, object]:
+    names: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(names, socket.gethostname())
+    return {"world_size": dist.get_world_size(), "hostnames": sorted(set(map(str, names))),
+            "communication_backend": str(dist.get_backend()), "device_type": device.type}
+
+
+def backend_name(device_type: str) -> str:
+    return f"torch-{device_type}"
+
+
+def device_label(device_type: str, world_size: int) -> str:
+    return f"{device_type} x{world_size}"
+
+
+def measure_collectives(
+    device: torch.device,
+    ops: Sequence[str] = OPS,
+    sizes: Sequence[int] = SIZES,
+    settings: RunSettings = SETTINGS,
+    on_done: Callable[[Measurement], None] | None = None,
+) -> list[Measurement]:
+    """Measure `ops` at each of `sizes` in the initialized default process group; this rank's
+    tensors live on `device`. Every rank must call it with the same arguments and gets the same
+    figures: per sample the slowest rank's time, verified only when every rank's output is right."""
+    if not dist.is_initialized():
+        raise RuntimeError("measure_collectives needs an initialized process group (torch.distributed)")
+    if settings.samples < 1 or settings.warmup < 0:
+        raise ValueError(f"need samples >= 1 and warmup >= 0, got {settings.samples} and {settings.warmup}")
+    for op in ops:
+        bus_factor(op, 2)  # unknown names fail before any rank measures
+    rank, world = dist.get_rank(), dist.get_world_size()
+    facts = _group_facts(device)
+    backend, label = backend_name(device.type), device_label(device.type, world)
+    if world < 2:
+        reason = "a collective needs at least two ranks; launch two or more processes"
+        return [Measurement.not_run(f"collective.{op}", backend=backend, device=label, status="waived", reason=reason)
+                for op in ops]
+    timing = ("CUDA events on each rank, samples queued back to back" if device.type == "cuda"
+              else "perf_counter after a barrier on each rank")
+    measurements = []
+    for op in ops:
+        for size in sizes:
+            coll = _COLLECTIVES[op](size, rank, world, device)
+            name = f"collective.{op}"
+            if coll.size_bytes == 0:
+                m = Measurement.not_run(name, backend=backend, device=label, status="waived",
+                                        reason=f"{size} B holds no whole fp32 element per rank for {world} ranks")
+            else:
+                m = _measure_one(coll, device, settings, backend, label, facts, timing)
+            measurements.append(m)
+            if on_done is not None:
+                on_done(m)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return measurements
+
+
+def _measure_one(coll: _Collective, device: torch.device, settings: RunSettings, backend: str, label: str,
+                 facts: dict[str, object], timing: str) -> Measurement:
+    name = f"collective.{coll.op}"
+    error = ""
+    try:
+        coll.setup()
+    except RuntimeError as exc:  # torch.OutOfMemoryError too: the other ranks must hear of it
+        error = " ".join(str(exc).split())[:300]
+    failed = _reduce([1.0 if error else 0.0], dist.ReduceOp.MAX, torch.float64, device)[0]
+    if failed:
+        coll.teardown()
+        reason = f"setup failed on rank {coll.rank}: {error}" if error else "setup failed on another rank"
+        return Measurement.not_run(name, backend=backend, device=label, status="error", reason=reason)
+    try:
+        if not settings.poison_after_runs:
+            coll.poison()
+        own = _sample_seconds(coll, device, settings)
+        slowest = _reduce(own, dist.ReduceOp.MAX, torch.float64, device)
+        if settings.poison_after_runs:  # test hook: verification must then fail
+            coll.poison()
+        wrong = int(_reduce([coll.wrong()], dist.ReduceOp.SUM, torch.int64, device)[0])
+    finally:
+        coll.teardown()
+    world = coll.world_size
+    factor = bus_factor(coll.op, world)
+    detail = (f"all {world} ranks match: {coll.checks}" if wrong == 0
+              else f"{wrong} elements wrong over {world} ranks; expected: {coll.checks}")
+    m = Measurement.from_samples(
+        name,
+        sample_seconds=slowest,
+        bytes_read=coll.size_bytes * factor,  # so the one throughput formula gives busbw
+        bytes_written=0.0,
+        flops=0.0,
+        backend=backend,
+        device=label,
+        verified=wrong == 0,
+        verify_detail=detail,
+    )
+    m.params = {
+        "op": coll.function,
+        "size_bytes": str(coll.size_bytes),
+        "algbw_gbs": f"{m.value / factor:.6g}",  # median of per-sample S / t
+        "time_us": f"{statistics.median(slowest) * 1e6:.6g}",  # median of per-sample slowest-rank times
+        "bus_factor": repr(factor),
+        "world_size": str(world),
+        "hosts": str(len(facts["hostnames"])),  # type: ignore[arg-type]
+        "communication_backend": str(facts["communication_backend"]),
+        "dtype": "fp32",
+        "timing": f"{timing}; each sample is the slowest rank's time",
+        "counting": COUNTING,
+    }
+    return m
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def launched_by_torchrun() -> bool:
+    """True in a process torchrun (or another launcher setting RANK and WORLD_SIZE) started."""
+    return all(v in os.environ for v in ("RANK", "WORLD_SIZE"))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_group(device_type: str, rank: int, world_size: int, local_rank: int,
+                init_method: str | None = None) -> torch.device:
+    """Join the default group: NCCL bound to this rank's GPU, or Gloo on the CPU."""
+    if device_type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size, device_id=device)
+        return device
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+    return torch.device("cpu")
+
+
+def _measure_in_group(device: torch.device, ops: Sequence[str], sizes: Sequence[int], settings: RunSettings,
+                      progress: bool) -> list[Measurement]:
+    if not progress or dist.get_rank() != 0:
+        return measure_collectives(device, ops, sizes, settings)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("collectives", total=len(ops) * len(sizes))
+
+        def done(m: Measurement) -> None:
+            bar.update(task, advance=1, description=f"{m.name} {m.params.get('size_bytes', '')} B")
+
+        return measure_collectives(device, ops, sizes, settings, on_done=done)
+
+
+def _spawned_rank(rank: int, world_size: int, device_type: str, port: int, ops: Sequence[str], sizes: Sequence[int],
+                  settings: RunSettings, out_path: str, progress: bool) -> None:
+    if device_type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # the ranks share this host's cores
+    device = _init_group(device_type, rank, world_size, rank, f"tcp://127.0.0.1:{port}")
+    try:
+        measurements = _measure_in_group(device, ops, sizes, settings, progress)
+        if rank == 0:
+            # Plain JSON through the result model: no pickle between processes.
+            Path(out_path).write_text(json.dumps(Results(meta={}, measurements=measurements).to_dict()),
+                                      encoding="utf-8")
+    finally:
+        dist.destroy_process_group()
+
+
+def default_world_size(device_type: str) -> int:
+    """Every visible GPU for 'cuda'; two processes on the CPU."""
+    if device_type == "cuda":
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return 2
+
+
+def run_collectives(
+    device_type: str = "cuda",
+    world_size: int | None = None,
+    ops: Sequence[str] = OPS,
+    sizes: Sequence[int] | None = None,
+    quick: bool = False,
+    max_size: int | None = None,
+    settings: RunSettings | None = None,
+    progress: bool = False,
+) -> list[Measurement]:
+    """Measure collectives on this host: one spawned process per GPU (default: every visible
+    GPU; on the CPU two processes), rendezvous on a free localhost port; rank 0's measurements.
+
+    With fewer than two GPUs each op comes back waived with the reason.
+    """
+    if device_type not in ("cuda", "cpu"):
+        raise ValueError(f"device type {device_type!r}: collectives run on 'cuda' (NCCL) or 'cpu' (Gloo)")
+    for op in ops:
+        bus_factor(op, 2)
+    chosen = message_sizes(quick, max_size, sizes)
+    settings = settings or (QUICK_SETTINGS if quick else SETTINGS)
+    visible = default_world_size("cuda") if device_type == "cuda" else 0
+    if world_size is None:
+        world_size = default_world_size(device_type)
+    if device_type == "cuda" and (visible < 2 or world_size > visible):
+        reason = (f"needs two or more CUDA GPUs; {visible} visible" if visible < 2
+                  else f"{world_size} ranks asked for, {visible} GPUs visible")
+        return [Measurement.not_run(f"collective.{op}", backend=backend_name("cuda"),
+                                    device=device_label("cuda", world_size), status="waived", reason=reason)
+                for op in ops]
+    if world_size < 2:
+        raise ValueError(f"world size {world_size}: a collective needs at least two ranks")
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="pygpuperf-collectives-") as folder:
+        out_path = os.path.join(folder, "rank0.json")
+        mp.spawn(_spawned_rank, args=(world_size, device_type, _free_port(), tuple(ops), tuple(chosen), settings,
+                                      out_path, progress), nprocs=world_size, join=True)
+        doc = json.loads(Path(out_path).read_text(encoding="utf-8"))
+    return Results.from_dict({"findings": [], "workloads": [], **doc}).measurements
+
+
+def run_launched(
+    device_type: str,
+    ops: Sequence[str] = OPS,
+    sizes: Sequence[int] = SIZES,
+    settings: RunSettings = SETTINGS,
+    progress: bool = False,
+) -> tuple[list[Measurement], dict[str, object]]:
+    """In a process torchrun started: join the group from RANK, WORLD_SIZE, LOCAL_RANK and
+    MASTER_ADDR/PORT, measure, leave. Returns (measurements, group facts) on every rank."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = _init_group(device_type, rank, world, local_rank)
+    try:
+        facts = _group_facts(device)
+        measurements = _measure_in_group(device, ops, sizes, settings, progress)
+    finally:
+        dist.destroy_process_group()
+    return measurements, facts
+
+
+# --------------------------------------------------------------------------- command line
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        raise UsageError(f"{message}; see --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m pygpuperf.collectives",
+                description="Collective bandwidth (time, algbw, busbw as nccl-tests counts them) through "
+                            "torch.distributed; run it plainly or under torchrun.")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="cuda: NCCL over the GPUs; cpu: Gloo "
+                   "(default: cuda when a GPU is visible)")
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of {', '.join(OPS)} (default: all)")
+    p.add_argument("--quick", action="store_true", help="8KiB, 1MiB and 64MiB, fewer samples")
+    p.add_argument("--sizes", help="comma-separated message sizes, e.g. 8KiB,1MiB,1GiB (default 8KiB..1GiB)")
+    p.add_argument("--max-size", help="leave out message sizes above this, e.g. 64MiB")
+    p.add_argument("--world-size", type=int, help="processes to spawn without torchrun (default: every GPU; "
+                   "2 on the CPU)")
+    p.add_argument("--samples", type=int, help="timed samples per size (default 20, quick 10)")
+    p.add_argument("--warmup", type=int, help="untimed runs first (default 5, quick 2)")
+    p.add_argument("--out", type=Path, help="output folder (default ./pygpuperf-results/collectives-<UTC time>)")
+    return p
+
+
+def _parse_ops(text: str) -> list[str]:
+    ops = [o.strip() for o in text.split(",") if o.strip()]
+    unknown = [o for o in ops if o not in OPS]
+    if unknown or not ops:
+        raise UsageError(f"--ops {text}: unknown {', '.join(unknown) or '(empty)'}; choose from {', '.join(OPS)}")
+    return list(dict.fromkeys(ops))
+
+
+def _parse_sizes(args: argparse.Namespace) -> list[int]:
+    try:
+        sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--sizes: {exc}") from None
+    try:
+        max_size = parse_size(args.max_size) if args.max_size is not None else None
+        return message_sizes(args.quick, max_size, sizes)
+    except ValueError as exc:
+        raise UsageError(f"--max-size {args.max_size}: {exc}") from None
+
+
+def _settings(args: argparse.Namespace) -> RunSettings:
+    base = QUICK_SETTINGS if args.quick else SETTINGS
+    samples = base.samples if args.samples is None else args.samples
+    warmup = base.warmup if args.warmup is None else args.warmup
+    if samples < 1:
+        raise UsageError(f"--samples {samples}: needs at least 1")
+    if warmup < 0:
+        raise UsageError(f"--warmup {warmup}: needs 0 or more")
+    return RunSettings(warmup=warmup, samples=samples, quick=args.quick)
+
+
+def _device_type(args: argparse.Namespace) -> str:
+    device_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU is visible to torch here; use --device cpu")
+    return device_type
+
+
+def _check_launch(args: argparse.Namespace, device_type: str) -> None:
+    if launched_by_torchrun():
+        if args.world_size is not None:
+            raise UsageError("--world-size: torchrun sets the ranks; leave it out or run without torchrun")
+        world = int(os.environ["WORLD_SIZE"])
+        if world < 2:
+            raise UsageError(f"WORLD_SIZE={world}: a collective needs two or more ranks; "
+                             "launch with torchrun --nproc-per-node 2 or more")
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if device_type == "cuda" and local_rank >= torch.cuda.device_count():
+            raise UsageError(f"LOCAL_RANK {local_rank}: only {torch.cuda.device_count()} GPUs visible on this host; "
+                             "launch at most that many processes per node")
+    elif args.world_size is not None and args.world_size < 2:
+        raise UsageError(f"--world-size {args.world_size}: a collective needs two or more ranks")
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = args.out or Path("pygpuperf-results") / f"collectives-{stamp}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe_file = out / ".write-test"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}); choose a writable folder") from None
+    return out
+
+
+def _fmt(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def collectives_table(measurements: Sequence[Measurement], title: str = "collectives"):
+    """A rich Table: one row per op and size with time, algbw and busbw (nccl-tests' columns)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in ("op", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "busbw p5-p95", "CV", "check"):
+        table.add_column(column, justify="left" if column in ("op", "check") else "right", no_wrap=column != "check")
+    op = None
+    for m in measurements:
+        this_op = m.name.split(".", 1)[1]
+        if op is not None and this_op != op:
+            table.add_section()
+        op = this_op
+        if m.status != "ok":
+            table.add_row(this_op, "-", "-", "-", "-", "-", "-", f"[dim]{m.status}[/dim] {escape(m.reason[:80])}")
+            continue
+        check = "[green]verified[/green]" if m.verified else "[bold red]WRONG[/bold red]"
+        table.add_row(this_op, format_bytes(float(m.params["size_bytes"])), _fmt(float(m.params["time_us"])),
+                      _fmt(float(m.params["algbw_gbs"])), _fmt(m.value),
+                      f"{_fmt(m.stats.p5)}-{_fmt(m.stats.p95)}", f"{100 * m.stats.cv:.1f}%", check)
+    return table
+
+
+def _results(measurements: list[Measurement], device_type: str, facts: dict[str, object], launch: str,
+             argv: list[str]) -> Results:
+    from pygpuperf import meta
+
+    first = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    doc_meta = meta.collect(first, ["pygpuperf.collectives", *argv])
+    doc_meta["collectives"] = {**facts, "launch": launch, "counting": COUNTING}
+    results = Results(meta=doc_meta, measurements=measurements)
+    label = measurements[0].device if measurements else device_label(device_type, 0)
+    results.machine_model = MachineModel.from_measurements(label, measurements)
+    results.findings = _findings(measurements)
+    return results
+
+
+def _findings(measurements: Sequence[Measurement]) -> list[Finding]:
+    findings = []
+    wrong = [m for m in measurements if m.status == "ok" and not m.verified]
+    if wrong:
+        findings.append(Finding(
+            "error", f"{len(wrong)} collective measurement(s) delivered a wrong result, so their figures are not used.",
+            {f"{m.name} {m.params.get('size_bytes')} B": m.verify_detail for m in wrong},
+            "Treat the interconnect, the driver or the communication library as suspect; rerun to see if it repeats."))
+    failed = [m for m in measurements if m.status == "error"]
+    if failed:
+        findings.append(Finding("warning", f"{len(failed)} collective measurement(s) failed, so they have no figure.",
+                                {m.name: m.reason for m in failed},
+                                "Rerun with --max-size below the size that failed, or with fewer processes."))
+    return findings
+
+
+def _write(results: Results, out: Path) -> Path:
+    from pygpuperf import io
+
+    path = out / "collectives.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(io.to_json(results), encoding="utf-8")  # to_json validates against the schema
+    os.replace(tmp, path)
+    return path
+
+
+def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    ops = _parse_ops(args.ops)
+    sizes = _parse_sizes(args)
+    settings = _settings(args)
+    device_type = _device_type(args)
+    _check_launch(args, device_type)
+    is_rank0 = int(os.environ.get("RANK", "0")) == 0 if launched_by_torchrun() else True
+    out = _out_dir(args) if is_rank0 else None
+    started = time.monotonic()
+    if launched_by_torchrun():
+        measurements, facts = run_launched(device_type, ops, sizes, settings, progress=sys.stderr.isatty())
+        launch = "torchrun"
+    else:
+        world = args.world_size or default_world_size(device_type)
+        measurements = run_collectives(device_type, world, ops, sizes, settings=settings,
+                                       progress=sys.stderr.isatty())
+        facts = {"world_size": world, "hostnames": [socket.gethostname()],
+                 "communication_backend": "nccl" if device_type == "cuda" else "gloo", "device_type": device_type}
+        launch = "spawn"
+    if not is_rank0 or out is None:
+        return 0
+    from rich.console import Console
+
+    results = _results(measurements, device_type, facts, launch, argv)
+    results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    hosts = facts.get("hostnames") or []
+    console.print(collectives_table(measurements, f"collectives over {measurements[0].device if measurements else ''}"
+                                    f" ({facts.get('communication_backend')}, {len(hosts)} host(s)); {COUNTING}"))
+    path = _write(results, out)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        code = run(argv)
+    except UsageError as exc:
+        if int(os.environ.get("RANK", "0") or 0) == 0:  # under torchrun every rank would say it
+            print(f"pygpuperf: error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    from pygpuperf.collectives import main as _main  # the spawned ranks import the module by its name
+
+    _main()
