@@ -35,8 +35,8 @@ python3 benchmarks/sass_summary.py --json "$OUT/sass_summary.json" >"$OUT/sass_s
 step "pytest -m 'gpu or multigpu'"
 python3 -m pytest -m "gpu or multigpu" -v -rs 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
 
-# The quick suites have time budgets (memory < 20 s, compute < 20 s): time them on their own.
-for family in "memory latency" "compute"; do
+# The quick suites have time budgets (memory, compute, transfer: < 20 s each): time them on their own.
+for family in "memory latency.l1 latency.l2 latency.dram latency.sweep" "compute" "transfer latency.h2d"; do
   tag=${family%% *}
   step "quick $family suite"
   start=$(date +%s.%N)
@@ -47,7 +47,7 @@ done
 
 step "python -m pygpuperf.roofline $*"
 python3 -m pygpuperf.roofline --out "$OUT/run" "$@" 2>&1 | tee "$OUT/roofline_stdout.txt"
-cp "$OUT"/run/*.json "$OUT"/run/*.csv "$OUT"/run/*.png "$OUT/" 2>/dev/null
+cp "$OUT"/run/*.json "$OUT"/run/*.csv "$OUT"/run/*.png "$OUT"/run/*.svg "$OUT"/run/*.html "$OUT/" 2>/dev/null
 rm -rf "$OUT/run"
 tar -czf "$OUT/extras.tar.gz" -C "$OUT" extras && rm -rf "$OUT/extras"
 step "done"

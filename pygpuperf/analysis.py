@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from pygpuperf import hierarchy, peaks
+from pygpuperf import hierarchy, peaks, transfers
 from pygpuperf.results import (Finding, MachineModel, Measurement, Results, WorkloadResult, best_per_backend,
                                is_series_point, lower_is_better)
 
@@ -241,7 +241,8 @@ def conclude(results: Results, device: str) -> None:
     for w in results.workloads:
         place_workload(w, results.machine_model)
     results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)
-                        + compute_findings(results.measurements, meta))
+                        + compute_findings(results.measurements, meta)
+                        + transfers.transfer_findings(results.measurements, results.meta.get("links")))
     missing = results.meta.get("extension", {}).get("error")
     if missing:
         results.findings.insert(0, Finding(

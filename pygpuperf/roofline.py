@@ -12,16 +12,20 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pygpuperf import analysis, io, meta, suite
+from pygpuperf import analysis, collectives, io, links, meta, suite
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError, device_slug, resolve_device
-from pygpuperf.report.chart import roofline_chart
+from pygpuperf.report.chart import roofline_charts
+from pygpuperf.report.datasheet_chart import datasheet_chart
+from pygpuperf.report.html import write_html_report
 from pygpuperf.report.sweep_chart import sweep_chart
 from pygpuperf.report.table import print_summary
-from pygpuperf.results import Results
+from pygpuperf.results import Measurement, Results
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
@@ -92,6 +96,50 @@ def _list(device, console: Console) -> None:
         status = f"waived: {reason}" if reason else planned.backend.describe(planned.name, device)
         count = variants[(planned.name, backend)]
         console.print(f"{planned.name:32s} {backend:12s} {f'{count} variants' if count > 1 else '':12s} {status}")
+    for op in collectives.OPS:
+        where = "several GPUs" if device.type == "cuda" else "2 processes, only with --probes collective"
+        console.print(f"{'collective.' + op:32s} {collectives.backend_name(device.type):12s} {'':12s} "
+                      f"{op} through torch.distributed, 8 KiB-1 GiB, nccl-tests busbw ({where})")
+
+
+def _split_selection(selection: list[str] | None) -> tuple[list[str] | None, list[str] | None]:
+    """(probe patterns, collective ops): 'collective' or 'collective.<op>' select collectives."""
+    if not selection:
+        return None, None
+    ops: list[str] = []
+    rest: list[str] = []
+    for pattern in selection:
+        if pattern == "collective":
+            ops += [op for op in collectives.OPS if op not in ops]
+        elif pattern.startswith("collective."):
+            op = pattern.split(".", 1)[1]
+            if op not in collectives.OPS:
+                raise UsageError(f"unknown probe {pattern!r}; collectives are {', '.join(collectives.OPS)}")
+            ops.append(op)
+        else:
+            rest.append(pattern)
+    return rest or None, ops or None
+
+
+def _collective_ops(device, selection: list[str] | None, ops: list[str] | None) -> list[str]:
+    """Collectives run when asked for, or by default on a CUDA host with several GPUs."""
+    if ops:
+        return ops
+    if selection is None and device.type == "cuda" and torch.cuda.device_count() >= 2:
+        return list(collectives.OPS)
+    return []
+
+
+def _measure_collectives(device, ops: list[str], quick: bool, measurements: list, console: Console) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the ranks allocate their own buffers on every GPU
+    console.print(f"running collectives ({', '.join(ops)}) ...")
+    try:
+        measurements += collectives.run_collectives(device.type, ops=ops, quick=quick)
+    except Exception as exc:  # a rank that failed: keep the rest of the run
+        reason = " ".join(str(exc).split())[:500]
+        measurements += [Measurement.not_run(f"collective.{op}", backend=collectives.backend_name(device.type),
+                                             device=device.type, status="error", reason=reason) for op in ops]
 
 
 def _measure(probes, device, settings, measurements, console: Console) -> None:
@@ -114,16 +162,22 @@ def run(argv: list[str] | None = None) -> int:
         _list(device, out_console)
         return 0
     settings = _settings(args)
-    probes = suite.plan(device, args.backend, args.probes, quick=args.quick)
+    selection, asked_ops = _split_selection(args.probes)
+    probes = suite.plan(device, args.backend, selection, quick=args.quick) if selection or not asked_ops else []
+    ops = _collective_ops(device, selection, asked_ops)
     model_name = _model_name(args, device.type)
     out = _out_dir(args, device)
 
     results = Results(meta=meta.collect(device, ["pygpuperf.roofline", *argv]))
+    if device.type == "cuda":
+        results.meta["links"] = links.link_facts()
     interrupted = False
     try:
         started = time.monotonic()
         try:
             _measure(probes, device, settings, results.measurements, err)
+            if ops:
+                _measure_collectives(device, ops, args.quick, results.measurements, err)
         finally:
             results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
         if model_name:
@@ -140,12 +194,14 @@ def run(argv: list[str] | None = None) -> int:
     analysis.conclude(results, str(device))
 
     paths = io.write_results(results, out)
-    chart = roofline_chart(results, out / "roofline.png")
+    charts = roofline_charts(results, out)  # roofline.png and roofline.svg
     sweeps = sweep_chart(results, out / "sweep.png")
+    sheet = datasheet_chart(results, out / "datasheet.png")
+    report = write_html_report(results, out / "report.html")
     print_summary(results, out_console)
     if args.json:
         sys.stdout.write(io.to_json(results) + "\n")
-    written = [paths["json"], paths["csv"]] + [p for p in (chart, sweeps) if p]
+    written = [paths["json"], paths["csv"], *charts] + [p for p in (sweeps, sheet, report) if p]
     err.print("wrote " + ", ".join(str(p) for p in written))
     return 130 if interrupted else 0
 

@@ -87,6 +87,8 @@ def run_one(probe: PlannedProbe, device: torch.device, settings: RunSettings) ->
         with telemetry.sampling(device) as sampler:
             measurement = probe.backend.measure(probe.name, device, settings, probe.variant)
         measurement.telemetry = sampler.telemetry if sampler.active else None
+        if probe.variant:  # every backend's result says which variant it is
+            measurement.params.setdefault("variant", probe.variant)
         return measurement
     except (RuntimeError, ValueError) as exc:
         # torch.OutOfMemoryError is a RuntimeError too: keep going with the other probes.

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pygpuperf import peaks
+from pygpuperf import peaks, transfers
 from pygpuperf.hierarchy import format_bytes
 from pygpuperf.results import Measurement, Results, best_per_backend, is_series_point
 
@@ -41,6 +41,41 @@ def _derived_note(m: Measurement) -> str:
     return f"[dim]sweep plateau, knee {knee}[/dim]" if math.isfinite(total) else "[dim]sweep plateau[/dim]"
 
 
+def _variant_label(m: Measurement) -> str:
+    if "variant" in m.params:
+        return m.params["variant"]
+    size = m.params.get("size_bytes") or m.params.get("bytes")
+    return format_bytes(float(size)) if size else ""
+
+
+def link_fit_lines(results: Results) -> list[str]:
+    """One line per transfer swept over sizes: asymptotic bandwidth, fixed cost, n_half."""
+    model = results.machine_model
+    if model is None:
+        return []
+    return [f"  {key}: {_fmt(fit.bandwidth_gbs)} GB/s asymptotic, {_fmt(fit.latency_us, 2)} us per copy, "
+            f"half of it at {format_bytes(fit.n_half_bytes)} ({fit.points} sizes, {fit.backend}, fit within "
+            f"{100 * fit.rms_relative_error:.0f}%)" for key, fit in sorted(model.link_fits.items())]
+
+
+def p2p_table(results: Results) -> Table | None:
+    """The GPU-pair matrix: best one-way and both-ways figures against the link's rate."""
+    rows = transfers.p2p_efficiency_rows(results.measurements, results.meta.get("links"))
+    if not rows:
+        return None
+    table = Table(title="GPU to GPU", title_justify="left")
+    for column in ("src", "dst", "link", "link GB/s", "best one-way", "%", "both ways", "%", "P2P", "best by"):
+        table.add_column(column, justify="left" if column in ("link", "P2P", "best by") else "right")
+    for r in rows:
+        eff = r["efficiency"]
+        bidir_eff = r["bidir_efficiency"]
+        table.add_row(str(r["src"]), str(r["dst"]), escape(r["link"]), _fmt(r["theoretical_gbps"]),
+                      _fmt(r["best_gbps"]), _fmt(100 * eff if eff else None, 0), _fmt(r["bidir_gbps"]),
+                      _fmt(100 * bidir_eff if bidir_eff else None, 0), escape(r["p2p_access"] or "-"),
+                      escape(f"{r['best_source'] or '-'} ({r['best_backend'] or '-'})"))
+    return table
+
+
 def measurement_table(results: Results) -> Table:
     card = peaks.datasheet_for(results.meta.get("device", {}).get("name", ""))
     title = results.meta.get("device", {}).get("name", "device")
@@ -66,7 +101,7 @@ def measurement_table(results: Results) -> Table:
         cv = f"{100 * m.stats.cv:.1f}%" if m.status == "ok" and math.isfinite(m.stats.cv) else "-"
         check = _check(m) if m.status == "ok" else f"{_check(m)} {escape(m.reason[:60])}"
         if variants > 1:
-            check += f" best of {variants}: {m.params.get('variant', '')}"
+            check += f" best of {variants}: {_variant_label(m)}"
         if m.params.get("derived_from"):
             check += f" {_derived_note(m)}"
         table.add_row(m.name, m.backend, _fmt(m.value), m.unit, spread, cv, _fmt(sheet), _fmt(pct, 0), check)
@@ -75,6 +110,19 @@ def measurement_table(results: Results) -> Table:
 
 def print_summary(results: Results, console: Console) -> None:
     console.print(measurement_table(results))
+    fits = link_fit_lines(results)
+    if fits:
+        console.print("[bold]Transfers fitted as time = latency + size / bandwidth[/bold]")
+        for line in fits:
+            console.print(escape(line))
+    pairs_table = p2p_table(results)
+    if pairs_table is not None:
+        console.print(pairs_table)
+    collective_runs = [m for m in results.measurements if m.name.startswith("collective.")]
+    if collective_runs:
+        from pygpuperf.collectives import collectives_table
+
+        console.print(collectives_table(collective_runs, title="collectives (nccl-tests definitions)"))
     model = results.machine_model
     if model is not None:
         dram = model.dram_key()

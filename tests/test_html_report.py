@@ -1,0 +1,314 @@
+"""report.html: self-contained, escaped, complete; and rendered by headless Chromium without errors."""
+
+from __future__ import annotations
+
+import base64
+import io as _io
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import matplotlib.image
+import pytest
+
+from pygpuperf import peaks
+from pygpuperf.report.chart import ChartPoint
+from pygpuperf.report.html import html_report, summary_rows, write_html_report
+from pygpuperf.results import Finding, MachineModel, Measurement, Results, Stats, WorkloadResult
+
+HOSTILE = "<script>alert(1)</script>"
+HOSTILE_IMG = '<img src="https://example.com/x.png" onerror="document.title=1">'
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _m(name: str, value: float, *, backend: str = "native-cuda", verified: bool = True, flops: float = 0.0,
+       nbytes: float = 0.0, params: dict[str, str] | None = None) -> Measurement:
+    """A measurement whose median is `value` in its unit: 1 ms samples of the matching work."""
+    if name.startswith("compute."):
+        flops = flops or value * 1e12 * 1e-3
+    else:
+        nbytes = nbytes or value * 1e9 * 1e-3
+    return Measurement.from_samples(name, sample_seconds=[1e-3, 0.99e-3, 1.01e-3], bytes_read=nbytes,
+                                    bytes_written=0.0, flops=flops, backend=backend, device="cuda:0",
+                                    verified=verified, params=params)
+
+
+def h200_results() -> Results:
+    ms = [
+        _m("memory.hbm.read", 4500.0),
+        _m("memory.hbm.copy", 4300.0, backend="torch-cuda"),
+        _m("memory.l2.read", 9100.0),
+        _m("compute.tensor.fp16.acc32", 870.0),
+        _m("compute.cuda.fp32", 66.0),
+        _m("compute.library.bf16", 780.0, backend="torch-cuda", params={"variant": "8192"}),
+        _m("compute.library.bf16", 700.0, backend="torch-cuda", params={"variant": "4096"}),
+        _m("compute.tensor.fp8.acc32", 2500.0, verified=False),  # wrong output: no ceiling
+        Measurement.not_run("transfer.h2d.pinned", backend="native-cuda", device="cuda:0", status="waived",
+                            reason=f"no pinned memory here {HOSTILE}"),
+    ]
+    sweep = [(f, min(f * 4.5, 64.0)) for f in (0.5, 2, 8, 32, 128)]
+    ms += [_m("compute.sweep", v, nbytes=v * 1e9 / f, flops=v * 1e9, params={"precision": "fp32", "flop_per_byte": f"{f:g}"})
+           for f, v in sweep]
+    meta = {
+        "versions": {"pygpuperf": "0.1.0", "torch": "2.14.1", "python": "3.11"},
+        "device": {"type": "cuda", "index": 0, "name": "NVIDIA H200", "compute_capability": "9.0",
+                   "multiprocessor_count": 132, "memory_bytes": 150109880320, "ecc_enabled": True},
+        "host": {"hostname": HOSTILE_IMG, "cpu_cores": 16},
+        "time_utc": "2026-11-30T06:15:08+00:00",
+        "counting": "1 GB = 1e9 B; 1 TFLOP = 1e12 FLOP",
+        "argv": ["pygpuperf.roofline", "--quick"],
+        "suite_seconds": 31.0,
+    }
+    r = Results(meta=meta, measurements=ms)
+    r.machine_model = MachineModel.from_measurements("cuda:0", ms)
+    r.findings = [
+        Finding("warning", "Clocks were held back by the power cap while 2 probes ran.",
+                {"sm_clock_mhz": {"compute.tensor.fp16.acc32": 1830.0}}, "Check cooling and power limits."),
+        Finding("error", HOSTILE, {"detail": HOSTILE_IMG}, f"Never run {HOSTILE}"),
+        Finding("info", "The sweep's cache knees agree with the reported sizes."),
+    ]
+    r.workloads = [WorkloadResult(f"resnet50 {HOSTILE}", "cuda:0", {"batch_size": "256", "precision": "fp16-amp"},
+                                  Stats.of([0.044, 0.045, 0.0442]), 5768.0, 6.2e12, 1.0e11, 140.2, 62.0,
+                                  compute_ceiling="tensor.fp16.acc32", memory_ceiling="hbm",
+                                  attainable_tflops=279.0, fraction_of_attainable=0.5, notes=["bytes are an estimate"])]
+    return r
+
+
+class _Page(HTMLParser):
+    """Every start tag with its attributes, and the page's text as a browser would show it."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def _parse(text: str) -> _Page:
+    page = _Page()
+    page.feed(text)
+    page.close()
+    return page
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    return write_html_report(h200_results(), tmp_path_factory.mktemp("report") / "report.html",
+                             overlays=[ChartPoint("gemm_4096", 300.0, 650.0, "kernel")])
+
+
+def test_report_is_self_contained(report: Path):
+    page = _parse(report.read_text(encoding="utf-8"))
+    tags = [tag for tag, _ in page.tags]
+    assert {"script", "link", "iframe", "object", "embed", "img"}.isdisjoint(tags)
+    for tag, attrs in page.tags:
+        for key in ("src", "href", "xlink:href", "action", "data"):
+            value = (attrs.get(key) or "").strip().lower()
+            assert not value or value.startswith(("#", "data:")), f"<{tag} {key}={value!r}> points outside the page"
+        assert not any(key.startswith("on") for key in attrs), f"<{tag}> carries an event handler"
+    assert "@import" not in report.read_text(encoding="utf-8") and "url(http" not in report.read_text(encoding="utf-8")
+    csp = [a["content"] for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in csp[0]
+    assert tags.count("svg") >= 2  # roofline and datasheet charts inline
+    ids = [a["id"] for _, a in page.tags if a.get("id")]
+    assert len(ids) == len(set(ids)), "the inline charts repeat element ids"
+
+
+def test_report_escapes_every_string_from_the_results(report: Path):
+    text = report.read_text(encoding="utf-8")
+    assert "<script" not in text.lower() and "<img" not in text.lower()
+    page = _parse(text)
+    shown = "".join(page.text)
+    # The hostile strings are there, as text: finding title, its evidence and suggestion, a waiver
+    # reason, the workload's name, a meta value.
+    assert shown.count(HOSTILE) >= 4
+    assert HOSTILE_IMG in shown
+
+
+def test_report_holds_findings_workloads_and_key_numbers(report: Path):
+    results = h200_results()
+    shown = " ".join(" ".join(_parse(report.read_text(encoding="utf-8")).text).split())
+    for finding in results.findings:
+        assert finding.title in shown
+    assert "Check cooling and power limits." in shown
+    assert "NVIDIA H200" in shown and "H200 SXM" in shown  # device and its datasheet card
+    assert "4,500" in shown and "9,100" in shown and "870" in shown  # medians as measured
+    assert "achieved 140 TFLOP/s" in shown and "of attainable 50%" in shown  # the workload on the roofline
+    assert "WRONG" in shown and "waived" in shown and "best of 2: 8192" in shown
+    # The flags and percentages of the tables come from summary_rows.
+    card = peaks.datasheet_for("NVIDIA H200")
+    hbm = next(r for r in summary_rows(results) if r.name == "memory.hbm.read")
+    assert hbm.datasheet == peaks.datasheet_value(card, "memory.hbm.read")
+    assert f"{hbm.percent:.0f}%" in shown
+    assert "gemm_4096" in report.read_text(encoding="utf-8")  # the overlay reached the roofline
+
+
+def test_summary_rows_match_the_terminal_table_rules():
+    rows = summary_rows(h200_results())
+    assert [r.family for r in rows] == sorted(r.family for r in rows)
+    assert not any(r.name == "compute.sweep" for r in rows)  # series, not rows
+    by_key = {(r.name, r.backend): r for r in rows}
+    assert by_key[("compute.library.bf16", "torch-cuda")].value == pytest.approx(780.0)
+    wrong = by_key[("compute.tensor.fp8.acc32", "native-cuda")]
+    assert wrong.check == "WRONG" and wrong.percent is None
+    waived = by_key[("transfer.h2d.pinned", "native-cuda")]
+    assert waived.check == "waived" and waived.p5 is None and HOSTILE in waived.note
+
+
+def test_report_without_machine_model_or_datasheet_still_renders():
+    r = Results(meta={"device": {"name": "Some Unknown Card"}, "counting": ""})
+    page = _parse(html_report(r))
+    shown = "".join(page.text)
+    assert "No roof was measured." in shown and "No findings." in shown and "No workload ran." in shown
+    assert not any(tag == "svg" for tag, _ in page.tags)
+
+
+# --------------------------------------------------------------------------- headless Chromium
+
+
+def _chromium() -> str:
+    found = next((path for path in map(shutil.which, CHROMIUM_NAMES) if path), None)
+    if found is None:
+        if "CI" in os.environ:
+            pytest.fail("CI is set but Chromium is not installed; .ci/run installs the Debian package 'chromium'")
+        pytest.skip("Chromium is not installed (apt-get install chromium); CI runs this test")
+    return found
+
+
+class _DevTools:
+    """The Chrome DevTools protocol over --remote-debugging-pipe (fd 3: commands in, fd 4: replies out),
+    messages are JSON ended by a NUL byte; events are kept in order of arrival."""
+
+    def __init__(self, binary: str, profile: Path, timeout_s: float = 60.0) -> None:
+        self.deadline = time.monotonic() + timeout_s
+        to_browser, self._write = os.pipe()
+        self._read, from_browser = os.pipe()
+
+        def child_fds() -> None:  # after fork, before exec: the browser expects fds 3 and 4
+            a, b = os.dup(to_browser), os.dup(from_browser)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.log = open(profile.parent / "chromium.log", "wb")
+        self.process = subprocess.Popen(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
+             "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=child_fds, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+        os.close(to_browser)
+        os.close(from_browser)
+        self._buffer = b""
+        self._next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def _receive(self) -> dict[str, Any]:
+        while b"\0" not in self._buffer:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or not select.select([self._read], [], [], left)[0]:
+                raise TimeoutError("Chromium did not answer in time")
+            chunk = os.read(self._read, 1 << 20)
+            if not chunk:
+                raise EOFError(f"Chromium closed the pipe (exit {self.process.poll()})")
+            self._buffer += chunk
+        message, _, self._buffer = self._buffer.partition(b"\0")
+        return json.loads(message)
+
+    def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._write, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._receive()
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_for(self, method: str) -> None:
+        while not any(e.get("method") == method for e in self.events):
+            self.events.append(self._receive())
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+        except (OSError, EOFError, TimeoutError, RuntimeError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._write)
+        os.close(self._read)
+        self.log.close()
+
+
+def render(binary: str, page: Path, work: Path, width: int = 1280, height: int = 2400) -> dict[str, Any]:
+    """Load `page` in headless Chromium: its text, element counts, chart sizes, a PNG screenshot,
+    and every request, console message, log entry, exception and dialog it caused."""
+    browser = _DevTools(binary, work / "profile")
+    try:
+        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            browser.send(f"{domain}.enable", session=session)
+        browser.send("Emulation.setDeviceMetricsOverride",
+                     {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
+        browser.send("Page.navigate", {"url": page.as_uri()}, session=session)
+        browser.wait_for("Page.loadEventFired")
+        expression = """JSON.stringify({
+            text: document.body.innerText,
+            title: document.title,
+            scripts: document.scripts.length,
+            charts: [...document.querySelectorAll('figure svg')].map(s => {
+                const r = s.getBoundingClientRect(); return [r.width, r.height]; }),
+            tables: document.querySelectorAll('table').length})"""
+        state = json.loads(browser.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                                        session=session)["result"]["value"])
+        shot = browser.send("Page.captureScreenshot", {"format": "png"}, session=session)
+        state["screenshot"] = base64.b64decode(shot["data"])
+    finally:
+        browser.close()
+    events = browser.events
+    state["requests"] = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
+    state["errors"] = (
+        [e["params"]["args"] for e in events if e.get("method") == "Runtime.consoleAPICalled"
+         and e["params"]["type"] in ("error", "assert")]
+        + [e["params"]["entry"] for e in events if e.get("method") == "Log.entryAdded"
+           and e["params"]["entry"]["level"] == "error"]
+        + [e["params"]["exceptionDetails"] for e in events if e.get("method") == "Runtime.exceptionThrown"])
+    state["dialogs"] = [e["params"] for e in events if e.get("method") == "Page.javascriptDialogOpening"]
+    return state
+
+
+def test_report_renders_in_headless_chromium(report: Path, tmp_path: Path):
+    state = render(_chromium(), report, tmp_path)
+    assert state["errors"] == [], "the browser reported errors"
+    assert state["dialogs"] == [] and state["scripts"] == 0 and state["title"] == "pygpuperf: NVIDIA H200"
+    assert state["requests"] == [report.as_uri()], "the page asked for more than itself"
+    text = state["text"]
+    for expected in ("NVIDIA H200", "Findings (3)", "Clocks were held back by the power cap", HOSTILE, "4,500",
+                     "resnet50", "Measured vs datasheet", "tensor.fp16.acc32"):
+        assert expected in text, f"{expected!r} is not on the rendered page"
+    assert state["tables"] >= 4
+    assert len(state["charts"]) >= 2 and all(w > 500 and h > 200 for w, h in state["charts"]), state["charts"]
+    pixels = matplotlib.image.imread(_io.BytesIO(state["screenshot"]), format="png")
+    assert pixels.shape[:2] == (2400, 1280)
+    rgb = pixels[..., :3]
+    inked = (rgb.min(axis=2) < 0.9).mean()  # share of pixels that are not (near) white
+    assert 0.01 < inked < 0.6, f"{inked:.3f} of the screenshot is inked: blank or unstyled"
+    assert len({tuple(p) for p in (rgb[::7, ::7].reshape(-1, 3) * 255).round().astype(int)}) > 50
