@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from pygpuperf import hierarchy, peaks, transfers
+from pygpuperf import diagnostics, hierarchy, peaks, transfers
 from pygpuperf.results import (Finding, MachineModel, Measurement, Results, WorkloadResult, best_per_backend,
                                is_series_point, lower_is_better)
 
@@ -29,7 +29,6 @@ _CEILINGS_BY_PRECISION = {
 
 def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:
     findings: list[Finding] = []
-    card = peaks.datasheet_for(device_meta.get("name", ""))
     by_name: dict[str, list[Measurement]] = defaultdict(list)
     throttled: dict[str, dict[str, Measurement]] = defaultdict(dict)
     for m in measurements:
@@ -79,9 +78,6 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                                         f"{100 * (hi.value / lo.value - 1):.1f}%, so that probe is not yet a ceiling.",
                                         {hi.backend: hi.value, lo.backend: lo.value, "unit": hi.unit},
                                         "The machine model uses the higher figure; the native kernel needs tuning."))
-    if card is None and device_meta.get("type") != "cpu":
-        findings.append(Finding("info", "This card is not in the datasheet table, so only measured ceilings are shown.",
-                                {"device": device_meta.get("name")}, ""))
     return findings
 
 
@@ -242,6 +238,7 @@ def conclude(results: Results, device: str) -> None:
         place_workload(w, results.machine_model)
     results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)
                         + compute_findings(results.measurements, meta)
+                        + diagnostics.datasheet_findings(results.measurements, results.machine_model, meta)
                         + transfers.transfer_findings(results.measurements, results.meta.get("links")))
     missing = results.meta.get("extension", {}).get("error")
     if missing:

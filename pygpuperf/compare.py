@@ -1,0 +1,475 @@
+"""`python -m pygpuperf.compare A B [...]`: ceilings of cards side by side, and what the differences mean.
+
+Each argument is a results.json written by `python -m pygpuperf.roofline` (its measured machine
+model; a folder holding one works too) or `datasheet:<card>` (a model from vendor figures;
+`--list` names the cards). Ratios are against the first argument. `--json` prints a
+machine-readable comparison.
+
+Exit codes: 0 done, 2 bad input (one line naming the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pygpuperf import datasheets, io, peaks
+from pygpuperf.analysis import HALF_RATE_RATIO, SAME_RATE_RATIO
+from pygpuperf.device import UsageError
+from pygpuperf.results import MachineModel, unit_for
+
+DATASHEET_PREFIX = "datasheet:"
+FAMILIES = ("compute", "memory", "links", "latency", "communication")
+# Two figures this far apart are worth a sentence; host links only from here on.
+NOTABLE_RATIO = 1.1
+LINK_NOTABLE_RATIO = 1.5
+# Winners closer than this are level.
+LEVEL_RATIO = 1.02
+# A ceiling above this in its unit is not a measurement but a damaged or forged file.
+MAX_CEILING = 1e9
+# Measurement family behind each MachineModel table, for the unit a ceiling must carry.
+_MEASUREMENT_FAMILY = {"compute": "compute", "memory": "memory", "links": "transfer", "latency": "latency",
+                       "communication": "collective"}
+_CEILING_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
+_LABEL_LENGTH = 60
+# Compute rows in this order: the tensor units first, then what a library reaches, then vector units.
+_COMPUTE_ORDER = ("tensor", "library", "cuda", "simd")
+# Facts shown per card, with the words for them.
+_FACT_ROWS = (("segment", "segment"), ("architecture", "architecture"), ("memory_type", "memory"),
+              ("memory_gb", "memory GB"), ("multiprocessors", "SMs / CUs"), ("boost_clock_mhz", "boost clock MHz"),
+              ("pcie", "host link"), ("gpu_link_gbs_total", "GPU link GB/s (both ways)"), ("tdp_w", "TDP W"))
+
+_USES = {
+    "amp_training": "AMP training (FP16 or BF16 with FP32 accumulate)",
+    "inference_fp8_int8": "FP8/INT8 inference",
+    "memory_bound": "memory-bound work (small-batch decoding, elementwise and normalization kernels)",
+}
+
+
+@dataclass
+class Entry:
+    """One side of the comparison: a measured or a datasheet machine model, and the card's facts if known."""
+
+    label: str
+    spec: str  # the argument as given
+    origin: str  # "measured" or "datasheet"
+    model: MachineModel
+    card: dict[str, Any] | None = None
+
+    def value(self, family: str, key: str) -> float | None:
+        ceiling = getattr(self.model, family).get(key)
+        return ceiling.value if ceiling is not None else None
+
+    def fact(self, name: str) -> Any | None:
+        return peaks.datasheet_fact(self.card, name)
+
+
+@dataclass
+class Row:
+    family: str
+    key: str
+    unit: str
+    values: list[float | None]
+    ratios: list[float | None]  # value / the first entry's value
+
+
+@dataclass
+class Verdict:
+    """Which entry has the highest ceiling for one use."""
+
+    use: str  # key of _USES
+    winner: str | None
+    value: float | None = None
+    unit: str = ""
+    basis: str = ""  # the ceiling it was judged on
+    runner_up: str | None = None
+    ratio: float | None = None  # winner / runner-up
+
+
+@dataclass
+class Comparison:
+    entries: list[Entry]
+    rows: list[Row] = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+
+def _one_line(text: Any, limit: int = 300) -> str:
+    """Untrusted text as one printable line: control characters (terminal escapes, newlines) become spaces."""
+    cleaned = "".join(c if c.isprintable() else " " for c in str(text))
+    return " ".join(cleaned.split())[:limit]
+
+
+def _device_name(meta: Any) -> str:
+    device = meta.get("device") if isinstance(meta, dict) else None
+    name = device.get("name") if isinstance(device, dict) else None
+    return _one_line(name, _LABEL_LENGTH) if isinstance(name, str) and name.strip() else "unnamed device"
+
+
+def _check_model(model: MachineModel, where: str) -> None:
+    """Reject ceilings no measurement can have: odd names, non-finite, negative or absurd values."""
+    for family in FAMILIES:
+        for key, ceiling in getattr(model, family).items():
+            if not _CEILING_NAME.match(key):
+                raise UsageError(f"{where}: ceiling name {_one_line(key, 40)!r} under {family} is not a measurement "
+                                 "name; the file is damaged or forged, re-run python -m pygpuperf.roofline")
+            value = ceiling.value
+            try:
+                plausible = not isinstance(value, bool) and 0 < float(value) <= MAX_CEILING  # NaN compares false
+            except (TypeError, ValueError, OverflowError):  # not a number, or an integer beyond any float
+                plausible = False
+            if not plausible:
+                raise UsageError(f"{where}: ceiling {family}.{key} is {_one_line(value, 40)}, not a plausible "
+                                 "figure; the file is damaged or forged, re-run python -m pygpuperf.roofline")
+            expected = unit_for(f"{_MEASUREMENT_FAMILY[family]}.{key}")
+            if ceiling.unit != expected:
+                raise UsageError(f"{where}: ceiling {family}.{key} is in {_one_line(ceiling.unit, 20)!r}, not "
+                                 f"{expected}; the file is damaged or forged, re-run python -m pygpuperf.roofline")
+
+
+def load_entry(spec: str) -> Entry:
+    """An Entry from `datasheet:<card>` or a results.json path (or a folder holding one). Raises UsageError."""
+    if spec.startswith(DATASHEET_PREFIX):
+        key = spec[len(DATASHEET_PREFIX):]
+        try:
+            model = datasheets.machine_model(key)
+        except datasheets.UnknownCardError:
+            raise UsageError(f"{_one_line(spec, 80)}: no such card; use one of "
+                             f"{', '.join(DATASHEET_PREFIX + k for k in datasheets.card_keys())}") from None
+        return Entry(label=key, spec=spec, origin="datasheet", model=model, card=datasheets.card(key))
+    path = Path(spec)
+    if path.is_dir() and (path / "results.json").is_file():
+        path = path / "results.json"
+    if not path.is_file():
+        raise UsageError(f"{_one_line(spec, 120)}: no such results file; give a results.json written by "
+                         f"python -m pygpuperf.roofline, or {DATASHEET_PREFIX}<card> (--list names the cards)")
+    fix = "give a results.json written by python -m pygpuperf.roofline"
+    try:
+        results = io.load_results(path)
+        model = results.machine_model
+        if model is None:  # an interrupted run may have measurements but no model yet
+            model = MachineModel.from_measurements(_device_name(results.meta), results.measurements)
+    except io.ResultsFileError as exc:
+        raise UsageError(f"{_one_line(exc)}; {fix}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        # Valid against the schema yet unusable (e.g. an integer too large for a float).
+        raise UsageError(f"{_one_line(path, 120)}: not a usable results file ({type(exc).__name__}: "
+                         f"{_one_line(exc, 120)}); {fix}") from None
+    _check_model(model, _one_line(path, 120))
+    if not any(getattr(model, family) for family in FAMILIES):
+        raise UsageError(f"{_one_line(path, 120)}: has no measured ceilings to compare; re-run "
+                         "python -m pygpuperf.roofline without --probes, or with the families to compare")
+    name = _device_name(results.meta)
+    return Entry(label=f"{name} (measured)", spec=spec, origin="measured", model=model,
+                 card=peaks.datasheet_for(name))
+
+
+def _unique_labels(entries: list[Entry]) -> None:
+    seen: dict[str, int] = {}
+    for e in entries:
+        seen[e.label] = seen.get(e.label, 0) + 1
+        if seen[e.label] > 1:
+            e.label = f"{e.label} #{seen[e.label]}"
+
+
+def _row_order(family: str, key: str) -> tuple:
+    head = key.split(".", 1)[0]
+    rank = _COMPUTE_ORDER.index(head) if family == "compute" and head in _COMPUTE_ORDER else len(_COMPUTE_ORDER)
+    return rank, key
+
+
+def _rows(entries: list[Entry]) -> list[Row]:
+    rows = []
+    for family in FAMILIES:
+        keys = sorted({k for e in entries for k in getattr(e.model, family)}, key=lambda k: _row_order(family, k))
+        for key in keys:
+            values = [e.value(family, key) for e in entries]
+            unit = next(getattr(e.model, family)[key].unit for e in entries if key in getattr(e.model, family))
+            first = values[0]
+            ratios = [v / first if v is not None and first else None for v in values]
+            rows.append(Row(family, key, unit, values, ratios))
+    return rows
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _times(ratio: float) -> str:
+    """2.2x, 0.19x, 13x, 1,200x; a third digit where two would round to 1."""
+    if ratio >= 99.5:
+        return f"{ratio:,.0f}x"
+    text = f"{ratio:.2g}"
+    return f"{ratio:.3g}x" if text == "1" else f"{text}x"
+
+
+def _accumulate_statement(e: Entry) -> str | None:
+    acc16, acc32 = e.value("compute", "tensor.fp16.acc16"), e.value("compute", "tensor.fp16.acc32")
+    if not (acc16 and acc32):
+        return None
+    ratio = acc32 / acc16
+    if ratio <= HALF_RATE_RATIO:
+        share = "half" if abs(ratio - 0.5) <= 0.05 else f"{ratio:.0%} of"
+        return (f"{e.label}'s FP16 tensor rate with FP32 accumulate is {share} its FP16-accumulate rate; "
+                f"AMP training there gets {_num(acc32)} of the {_num(acc16)} TFLOP/s headline.")
+    if ratio >= SAME_RATE_RATIO:
+        return (f"{e.label} runs FP16 tensor math with FP32 accumulate at its full rate ({_num(acc32)} TFLOP/s), "
+                "so AMP training gets the headline figure.")
+    return (f"{e.label}'s FP16 tensor rate with FP32 accumulate is {ratio:.0%} of its FP16-accumulate rate "
+            f"({_num(acc32)} vs {_num(acc16)} TFLOP/s).")
+
+
+def _memory_value(e: Entry) -> float | None:
+    key = e.model.dram_key()
+    return e.value("memory", key) if key else None
+
+
+def _memory_statement(first: Entry, other: Entry) -> str | None:
+    a, b = _memory_value(first), _memory_value(other)
+    if not (a and b):
+        return None
+    types = [str(e.fact("memory_type") or "") for e in (first, other)]
+    kind = "HBM" if all(t.startswith("HBM") for t in types) else "memory"
+    ratio = b / a
+    figures = f"({_num(b)} vs {_num(a)} GB/s)"
+    if ratio >= NOTABLE_RATIO:
+        return (f"{other.label} has {_times(ratio)} the {kind} bandwidth of {first.label} {figures}: "
+                f"memory-bound steps run up to {_times(ratio)} faster.")
+    if ratio <= 1 / NOTABLE_RATIO:
+        return (f"{other.label} has {_times(ratio)} the {kind} bandwidth of {first.label} {figures}: "
+                f"memory-bound steps take up to {_times(1 / ratio)} as long.")
+    return f"{other.label} and {first.label} have about the same {kind} bandwidth {figures}."
+
+
+def _pcie(e: Entry) -> str | None:
+    gen, width = e.fact("pcie_generation"), e.fact("pcie_width")
+    return f"PCIe Gen{gen} x{width}" if gen and width else None
+
+
+def _link_statement(first: Entry, other: Entry) -> str | None:
+    a, b = first.value("links", "h2d.pinned"), other.value("links", "h2d.pinned")
+    if not (a and b):
+        return None
+    ratio = b / a
+    if 1 / LINK_NOTABLE_RATIO < ratio < LINK_NOTABLE_RATIO:
+        return None
+    buses = [_pcie(e) for e in (other, first)]
+    how = f"; {buses[0]} vs {buses[1]}" if all(buses) and buses[0] != buses[1] else ""
+    return (f"{other.label} copies from pinned host memory at {_times(ratio)} the rate of {first.label} "
+            f"({_num(b)} vs {_num(a)} GB/s per direction{how}): input pipelines that stream from the host "
+            "and offloaded weights or optimizer state feel it.")
+
+
+def _gpu_link_statements(entries: list[Entry]) -> list[str]:
+    links = {e.label: e.fact("gpu_link_gbs_total") for e in entries}
+    if not any(v for v in links.values()):
+        return []
+    return [f"{label} has no NVLink or other GPU-to-GPU link: multi-GPU training exchanges gradients over PCIe."
+            for label, gbs in links.items() if gbs == 0]
+
+
+def _best(entries: list[Entry], keys: tuple[str, ...]) -> list[tuple[float, str, Entry]]:
+    """Per entry, its highest compute ceiling among `keys`, best first."""
+    found = []
+    for e in entries:
+        figures = [(e.value("compute", k), k) for k in keys if e.value("compute", k)]
+        if figures:
+            value, key = max(figures, key=lambda t: t[0])  # on a tie, the first key listed
+            found.append((value, key, e))
+    return sorted(found, key=lambda t: -t[0])
+
+
+def _verdict(use: str, ranked: list[tuple[float, str, Entry]], unit_of) -> Verdict:
+    if not ranked:
+        return Verdict(use, None)
+    value, key, winner = ranked[0]
+    verdict = Verdict(use, winner.label, value, unit_of(winner, key), key)
+    if len(ranked) > 1:
+        verdict.runner_up = ranked[1][2].label
+        verdict.ratio = value / ranked[1][0]
+    return verdict
+
+
+def _verdict_statement(v: Verdict) -> str | None:
+    if v.winner is None:
+        return None
+    use = _USES[v.use]
+    if v.runner_up is None:
+        return f"For {use} only {v.winner} has a figure: {_num(v.value)} {v.unit} ({v.basis})."
+    if v.ratio < LEVEL_RATIO:
+        return f"For {use} {v.winner} and {v.runner_up} are level ({_num(v.value)} {v.unit}, {v.basis})."
+    return (f"For {use} {v.winner} wins: {_num(v.value)} {v.unit} ({v.basis}), "
+            f"{_times(v.ratio)} {v.runner_up}.")
+
+
+def _verdicts(entries: list[Entry]) -> list[Verdict]:
+    def compute_unit(e: Entry, key: str) -> str:
+        return e.model.compute[key].unit
+
+    amp = _best(entries, ("tensor.fp16.acc32", "tensor.bf16.acc32"))
+    if not amp:  # no tensor probe ran: what torch's matmuls reached
+        amp = _best(entries, ("library.fp16", "library.bf16"))
+    inference = _best(entries, ("tensor.fp8.acc32", "tensor.fp8.acc16", "tensor.int8.acc32"))
+    memory = sorted(((_memory_value(e), f"memory.{e.model.dram_key()}", e) for e in entries if _memory_value(e)),
+                    key=lambda t: -t[0])
+    return [_verdict("amp_training", amp, compute_unit),
+            _verdict("inference_fp8_int8", inference, compute_unit),
+            _verdict("memory_bound", memory, lambda e, key: "GB/s")]
+
+
+def compare(entries: list[Entry]) -> Comparison:
+    """Side-by-side rows, ratios against the first entry, and the differences that matter in words."""
+    if len(entries) < 2:
+        raise UsageError("give two or more results files or datasheet:<card> entries to compare")
+    _unique_labels(entries)
+    result = Comparison(entries=entries, rows=_rows(entries))
+    first = entries[0]
+    statements = [s for s in (_accumulate_statement(e) for e in entries) if s]
+    for other in entries[1:]:
+        statements += [s for s in (_memory_statement(first, other), _link_statement(first, other)) if s]
+    statements += _gpu_link_statements(entries)
+    result.verdicts = _verdicts(entries)
+    statements += [s for s in (_verdict_statement(v) for v in result.verdicts) if s]
+    lacking = [e.label for e in entries if not _best([e], ("tensor.fp8.acc32", "tensor.fp8.acc16", "tensor.int8.acc32"))]
+    if lacking and len(lacking) < len(entries):
+        statements.append(f"{', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no FP8 or INT8 tensor "
+                          "rate here, so quantized inference runs at 16-bit rates there.")
+    origins = {e.origin for e in entries}
+    if origins == {"measured", "datasheet"}:
+        statements.append("Measured ceilings are what a card sustains; datasheet figures are vendor peaks, which "
+                          "measurements reach some 85-95 % of: compare ratios with that margin in mind.")
+    result.statements = statements
+    return result
+
+
+def comparison_dict(c: Comparison) -> dict[str, Any]:
+    """The comparison as plain JSON-able data."""
+    def clean(v: float | None) -> float | None:
+        return v if v is not None and math.isfinite(v) else None
+
+    families: dict[str, list[dict[str, Any]]] = {f: [] for f in FAMILIES}
+    for row in c.rows:
+        families[row.family].append({"key": row.key, "unit": row.unit, "values": [clean(v) for v in row.values],
+                                     "ratios": [clean(r) for r in row.ratios]})
+    return {
+        "schema": "pygpuperf-compare/1",
+        "ratios_against": c.entries[0].label,
+        "entries": [{"label": e.label, "spec": e.spec, "origin": e.origin, "device": e.model.device,
+                     "datasheet": e.card["key"] if e.card else None,
+                     "facts": {n: f["value"] for n, f in e.card["facts"].items()} if e.card else {}}
+                    for e in c.entries],
+        "families": families,
+        "statements": c.statements,
+        "verdicts": [{"use": v.use, "winner": v.winner, "value": clean(v.value), "unit": v.unit, "basis": v.basis,
+                      "runner_up": v.runner_up, "ratio": clean(v.ratio)} for v in c.verdicts],
+    }
+
+
+def _fact_text(e: Entry, name: str) -> str:
+    if name == "pcie":
+        return _pcie(e) or "-"
+    value = e.fact(name)
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,}"
+    return f"{value:,}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def print_comparison(c: Comparison, console: Console) -> None:
+    labels = [escape(e.label) for e in c.entries]
+    first = labels[0]
+    for family in FAMILIES:
+        rows = [r for r in c.rows if r.family == family]
+        if not rows:
+            continue
+        table = Table(title=f"{family} (ratios against {first})", title_justify="left")
+        table.add_column("ceiling", no_wrap=True)
+        table.add_column("unit", no_wrap=True)
+        for i, label in enumerate(labels):
+            table.add_column(label, justify="right")
+            if i:
+                table.add_column("ratio", justify="right")
+        for row in rows:
+            cells = [escape(row.key), row.unit]
+            for i, (value, ratio) in enumerate(zip(row.values, row.ratios)):
+                cells.append(_num(value) if value is not None else "-")
+                if i:
+                    cells.append(f"{ratio:.2f}" if ratio is not None else "-")
+            table.add_row(*cells)
+        console.print(table)
+    if any(e.card for e in c.entries):
+        table = Table(title="datasheet facts", title_justify="left")
+        table.add_column("fact", no_wrap=True)
+        for label in labels:
+            table.add_column(label, justify="right")
+        for name, words in _FACT_ROWS:
+            table.add_row(words, *[escape(_fact_text(e, name)) for e in c.entries])
+        console.print(table)
+    if c.statements:
+        console.print("\n[bold]What differs[/bold]")
+        for s in c.statements:
+            console.print(f"  - {escape(s)}")
+
+
+def _list_cards(console: Console) -> None:
+    for key in datasheets.card_keys():
+        card = datasheets.card(key)
+        f = datasheets.facts(key)
+        console.print(f"{DATASHEET_PREFIX + key:24s} {escape(card['name']):22s} {f['segment']:12s} "
+                      f"{f['memory_type']} {f['memory_gb']:g} GB")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+        raise UsageError(f"{message}; see --help")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m pygpuperf.compare", description=__doc__.splitlines()[0])
+    p.add_argument("entries", nargs="*", metavar="RESULTS_OR_CARD",
+                   help="results.json (or its folder) from python -m pygpuperf.roofline, or datasheet:<card>")
+    p.add_argument("--list", action="store_true", help="list the datasheet cards and exit")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout (tables go to stderr)")
+    return p
+
+
+def run(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
+    out = err if args.json else Console(width=None if sys.stdout.isatty() else 150)
+    if args.list:
+        _list_cards(out)
+        return 0
+    if len(args.entries) < 2:
+        raise UsageError("give two or more results files or datasheet:<card> entries to compare, e.g. "
+                         "results.json datasheet:h100-sxm (--list names the cards)")
+    comparison = compare([load_entry(spec) for spec in args.entries])
+    print_comparison(comparison, out)
+    if args.json:
+        sys.stdout.write(json.dumps(comparison_dict(comparison), indent=2, allow_nan=False) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        code = run(argv)
+    except UsageError as exc:
+        print(f"pygpuperf: error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
