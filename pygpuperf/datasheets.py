@@ -55,6 +55,7 @@ def machine_model(card_key: str) -> MachineModel:
         table = getattr(model, _TABLES[family])
         key = rest.split(".", 1)[0] if family == "memory" else rest
         table[key] = Ceiling(float(value["value"]), unit_for(name), describe_source(value), BACKEND)
+    model.fill_ridge_points()
     return model
 
 

@@ -227,6 +227,8 @@ class MachineModel:
     communication: dict[str, Ceiling] = field(default_factory=dict)  # "all_reduce" -> busbw GB/s
     origin: str = "measured"  # later: "datasheet"
     link_fits: dict[str, LinkFit] = field(default_factory=dict)  # "h2d.pinned" -> latency + bandwidth fit
+    # "tensor.fp16.acc32/hbm" -> FLOP per byte where that compute roof meets main memory's.
+    ridge_points: dict[str, float] = field(default_factory=dict)
 
     @staticmethod
     def from_measurements(device: str, measurements: Iterable[Measurement]) -> "MachineModel":
@@ -259,7 +261,17 @@ class MachineModel:
         from pygpuperf.transfers import link_fits  # transfers builds on this module
 
         model.link_fits = link_fits(measurements)
+        model.fill_ridge_points()
         return model
+
+    def fill_ridge_points(self) -> None:
+        """Each compute roof against main memory (the DRAM/HBM ceiling), where both exist."""
+        dram = self.dram_key()
+        self.ridge_points = {}
+        for key in sorted(self.compute) if dram else []:
+            ridge = self.ridge_point(key, dram)
+            if ridge:
+                self.ridge_points[f"{key}/{dram}"] = ridge
 
     def ridge_point(self, compute_key: str, memory_key: str) -> float | None:
         """FLOP per byte where the compute roof meets the memory roof."""
@@ -373,7 +385,8 @@ class Results:
             tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency", "communication")
                       if k in d}
             fits = {n: LinkFit(**f) for n, f in d.get("link_fits", {}).items()}  # absent from older documents
-            return MachineModel(device=d["device"], origin=d["origin"], link_fits=fits, **tables)
+            return MachineModel(device=d["device"], origin=d["origin"], link_fits=fits,
+                                ridge_points=dict(d.get("ridge_points", {})), **tables)
 
         def workload(d: dict[str, Any]) -> WorkloadResult:
             d = dict(d)

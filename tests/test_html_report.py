@@ -19,7 +19,8 @@ import pytest
 
 from pygpuperf import peaks
 from pygpuperf.report.chart import ChartPoint
-from pygpuperf.report.html import html_report, summary_rows, write_html_report
+from pygpuperf.report.html import html_report, write_html_report
+from pygpuperf.report.table import summary_rows
 from pygpuperf.results import Finding, MachineModel, Measurement, Results, Stats, WorkloadResult
 
 HOSTILE = "<script>alert(1)</script>"

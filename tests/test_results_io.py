@@ -94,3 +94,12 @@ def test_wrong_types_inside_a_measurement_are_rejected(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(io.ResultsFileError, match="cannot read"):
         io.load_results(tmp_path / "nope.json")
+
+
+def test_ridge_points_are_part_of_the_model_and_survive_json(tmp_path):
+    r = _results()
+    # 2 TFLOP/s of fp32 library math (1e12 FLOP in 0.5 s) against the best dram stream.
+    dram = r.machine_model.memory["dram"].value
+    assert r.machine_model.ridge_points == {"library.fp32/dram": pytest.approx(2e12 / (dram * 1e9))}
+    path = io.write_results(r, tmp_path)["json"]
+    assert io.load_results(path).machine_model.ridge_points == pytest.approx(r.machine_model.ridge_points)

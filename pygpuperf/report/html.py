@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -21,7 +19,8 @@ from pygpuperf.hierarchy import format_bytes
 from pygpuperf.report.chart import ChartPoint, chart_style, inline_svg, roofline_svg
 from pygpuperf.report.datasheet_chart import datasheet_svg
 from pygpuperf.report.sweep_chart import sweep_chart
-from pygpuperf.results import Measurement, Results, best_per_backend, is_series_point
+from pygpuperf.report.table import format_number as _fmt, summary_rows
+from pygpuperf.results import Results
 
 _FAMILY_TITLES = {"memory": "Memory", "compute": "Compute", "latency": "Latency", "transfer": "Transfers",
                   "collective": "Collectives"}
@@ -73,82 +72,6 @@ footer { margin-top: 40px; color: #666; font-size: 12px; border-top: 1px solid #
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
-
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}" if abs(value) >= 1 else f"{value:.3g}"
-
-
-# --------------------------------------------------------------------------- summary rows
-
-
-@dataclass(frozen=True)
-class SummaryRow:
-    """One row of the measurement summary: the best variant of one probe on one backend."""
-
-    family: str  # "memory", "compute", ...
-    name: str
-    backend: str
-    value: float
-    unit: str
-    p5: float | None  # None where the probe did not run
-    p95: float | None
-    cv: float | None
-    datasheet: float | None
-    percent: float | None  # of the datasheet figure
-    check: str  # "verified", "WRONG", "waived" or "error"
-    note: str  # why waived or failed, which variant was best, where a derived figure came from
-
-
-def summary_rows(results: Results) -> list[SummaryRow]:
-    """The rows of the terminal table (pygpuperf.report.table), as data: family, name, backend order."""
-    card = peaks.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
-    listed = [m for m in results.measurements if not is_series_point(m.name)]  # sweep points are a series
-    rows = []
-    for m, variants in sorted(best_per_backend(listed), key=lambda r: (r[0].name.split(".")[0], r[0].name,
-                                                                       r[0].backend)):
-        sheet = peaks.datasheet_value(card, m.name)
-        ran = m.status == "ok"
-        notes = [m.reason] if m.reason else []
-        if variants > 1:
-            notes.append(f"best of {variants}: {_variant_label(m)}".rstrip(": "))
-        if m.params.get("derived_from"):
-            notes.append(_derived_note(m))
-        rows.append(SummaryRow(
-            family=m.name.split(".")[0], name=m.name, backend=m.backend, value=m.value, unit=m.unit,
-            p5=m.stats.p5 if ran else None, p95=m.stats.p95 if ran else None,
-            cv=m.stats.cv if ran and math.isfinite(m.stats.cv) else None,
-            datasheet=sheet, percent=100 * m.value / sheet if sheet and m.usable else None,
-            check=m.status if m.status in ("waived", "error") else ("verified" if m.verified else "WRONG"),
-            note="; ".join(notes)))
-    return rows
-
-
-def _variant_label(m: Measurement) -> str:
-    """Which variant a row's figure comes from: its name, else the transfer size it was swept at."""
-    if "variant" in m.params:
-        return m.params["variant"]
-    size = m.params.get("size_bytes") or m.params.get("bytes")
-    try:
-        return format_bytes(float(size)) if size else ""
-    except ValueError:
-        return str(size)
-
-
-def _derived_note(m: Measurement) -> str:
-    """Where a derived figure came from, e.g. 'sweep plateau, knee 32 KiB/worker (64 KiB)'."""
-    try:
-        total, workers = float(m.params.get("capacity_bytes", "nan")), int(m.params.get("workers", "1"))
-    except ValueError:
-        return "sweep plateau"
-    if not math.isfinite(total):
-        return "sweep plateau"
-    knee = format_bytes(total) if workers <= 1 else f"{format_bytes(total / workers)}/worker ({format_bytes(total)})"
-    return f"sweep plateau, knee {knee}"
 
 
 # --------------------------------------------------------------------------- sections
@@ -251,7 +174,7 @@ def _measurements(results: Results) -> str:
     if not rows:
         parts.append("<p>No measurements.</p>")
     heads = (("probe", ""), ("backend", ""), ("median", "num"), ("unit", ""), ("p5-p95", "num"), ("CV", "num"),
-             ("datasheet", "num"), ("% of datasheet", "num"), ("check", ""))
+             ("datasheet", "num"), ("% of datasheet", "num"), ("flag", ""), ("check", ""))
     for family in dict.fromkeys(r.family for r in rows):
         parts.append(f"<h3>{_e(_FAMILY_TITLES.get(family, family))}</h3><table><thead><tr>")
         parts.append("".join(f"<th class=\"{cls}\">{_e(h)}</th>" for h, cls in heads) + "</tr></thead><tbody>")
@@ -264,6 +187,7 @@ def _measurements(results: Results) -> str:
             parts.append(f"<tr><td>{_e(r.name)}</td><td>{_e(r.backend)}</td><td class=\"num\">{_fmt(r.value)}</td>"
                          f"<td>{_e(r.unit)}</td><td class=\"num\">{spread}</td><td class=\"num\">{cv}</td>"
                          f"<td class=\"num\">{_fmt(r.datasheet)}</td><td class=\"num\">{pct}</td>"
+                         f"<td>{_e(r.flag)}</td>"
                          f"<td><span class=\"check-{check}\">{_e(r.check)}</span>{note}</td></tr>")
         parts.append("</tbody></table>")
     return "".join(parts)

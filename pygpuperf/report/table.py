@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,7 +18,8 @@ _WORKLOAD_KEYS = ("batch_size", "image_size", "precision", "memory_format")
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
+def format_number(value: float | None, digits: int = 1) -> str:
+    """Thousands separators from 100 up, `digits` decimals from 1, three significant digits below."""
     if value is None or not math.isfinite(value):
         return "-"
     if abs(value) >= 100:
@@ -25,27 +27,87 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
-def _check(m: Measurement) -> str:
-    if m.status == "waived":
-        return "[dim]waived[/dim]"
-    if m.status == "error":
-        return "[red]error[/red]"
-    return "[green]verified[/green]" if m.verified else "[bold red]WRONG[/bold red]"
+# Share of the datasheet figure below which a row is flagged, by family (the findings' thresholds).
+_LOW_SHARE = {"memory": 0.85, "compute": 0.80, "transfer": 0.75, "collective": 0.75}
+# Above the datasheet by more than this is a probe bug, not a record.
+_ABOVE_SHARE = 1.02
+
+
+def datasheet_flag(name: str, percent: float | None) -> str:
+    """'low' or 'above datasheet' against the card's figure; '' when fine or not comparable."""
+    if percent is None:
+        return ""
+    if percent > 100 * _ABOVE_SHARE:
+        return "above datasheet"
+    low = _LOW_SHARE.get(name.split(".", 1)[0])
+    return "low" if low is not None and percent < 100 * low else ""
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One row of the measurement summary: the best variant of one probe on one backend."""
+
+    family: str  # "memory", "compute", ...
+    name: str
+    backend: str
+    value: float
+    unit: str
+    p5: float | None  # None where the probe did not run
+    p95: float | None
+    cv: float | None
+    datasheet: float | None
+    percent: float | None  # of the datasheet figure
+    flag: str  # datasheet_flag()
+    check: str  # "verified", "WRONG", "waived" or "error"
+    note: str  # why waived or failed, which variant was best, where a derived figure came from
+
+
+def summary_rows(results: Results) -> list[SummaryRow]:
+    """The rows of the terminal table and the HTML page, as data: family, name, backend order."""
+    card = peaks.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
+    listed = [m for m in results.measurements if not is_series_point(m.name)]  # sweep points are a series
+    rows = []
+    for m, variants in sorted(best_per_backend(listed), key=lambda r: (r[0].name.split(".")[0], r[0].name,
+                                                                       r[0].backend)):
+        sheet = peaks.datasheet_value(card, m.name)
+        ran = m.status == "ok"
+        notes = [m.reason] if m.reason else []
+        if variants > 1:
+            notes.append(f"best of {variants}: {_variant_label(m)}".rstrip(": "))
+        if m.params.get("derived_from"):
+            notes.append(_derived_note(m))
+        percent = 100 * m.value / sheet if sheet and m.usable else None
+        rows.append(SummaryRow(
+            family=m.name.split(".")[0], name=m.name, backend=m.backend, value=m.value, unit=m.unit,
+            p5=m.stats.p5 if ran else None, p95=m.stats.p95 if ran else None,
+            cv=m.stats.cv if ran and math.isfinite(m.stats.cv) else None,
+            datasheet=sheet, percent=percent, flag=datasheet_flag(m.name, percent),
+            check=m.status if m.status in ("waived", "error") else ("verified" if m.verified else "WRONG"),
+            note="; ".join(notes)))
+    return rows
+
+
+def _variant_label(m: Measurement) -> str:
+    """Which variant a row's figure comes from: its name, else the transfer size it was swept at."""
+    if "variant" in m.params:
+        return m.params["variant"]
+    size = m.params.get("size_bytes") or m.params.get("bytes")
+    try:
+        return format_bytes(float(size)) if size else ""
+    except ValueError:
+        return str(size)
 
 
 def _derived_note(m: Measurement) -> str:
     """Where a derived figure came from, e.g. 'sweep plateau, knee 32 KiB/worker (64 KiB)'."""
-    total = float(m.params.get("capacity_bytes", "nan"))
-    workers = int(m.params.get("workers", "1"))
+    try:
+        total, workers = float(m.params.get("capacity_bytes", "nan")), int(m.params.get("workers", "1"))
+    except ValueError:
+        return "sweep plateau"
+    if not math.isfinite(total):
+        return "sweep plateau"
     knee = format_bytes(total) if workers <= 1 else f"{format_bytes(total / workers)}/worker ({format_bytes(total)})"
-    return f"[dim]sweep plateau, knee {knee}[/dim]" if math.isfinite(total) else "[dim]sweep plateau[/dim]"
-
-
-def _variant_label(m: Measurement) -> str:
-    if "variant" in m.params:
-        return m.params["variant"]
-    size = m.params.get("size_bytes") or m.params.get("bytes")
-    return format_bytes(float(size)) if size else ""
+    return f"sweep plateau, knee {knee}"
 
 
 def link_fit_lines(results: Results) -> list[str]:
@@ -53,7 +115,7 @@ def link_fit_lines(results: Results) -> list[str]:
     model = results.machine_model
     if model is None:
         return []
-    return [f"  {key}: {_fmt(fit.bandwidth_gbs)} GB/s asymptotic, {_fmt(fit.latency_us, 2)} us per copy, "
+    return [f"  {key}: {format_number(fit.bandwidth_gbs)} GB/s asymptotic, {format_number(fit.latency_us, 2)} us per copy, "
             f"half of it at {format_bytes(fit.n_half_bytes)} ({fit.points} sizes, {fit.backend}, fit within "
             f"{100 * fit.rms_relative_error:.0f}%)" for key, fit in sorted(model.link_fits.items())]
 
@@ -69,11 +131,15 @@ def p2p_table(results: Results) -> Table | None:
     for r in rows:
         eff = r["efficiency"]
         bidir_eff = r["bidir_efficiency"]
-        table.add_row(str(r["src"]), str(r["dst"]), escape(r["link"]), _fmt(r["theoretical_gbps"]),
-                      _fmt(r["best_gbps"]), _fmt(100 * eff if eff else None, 0), _fmt(r["bidir_gbps"]),
-                      _fmt(100 * bidir_eff if bidir_eff else None, 0), escape(r["p2p_access"] or "-"),
+        table.add_row(str(r["src"]), str(r["dst"]), escape(r["link"]), format_number(r["theoretical_gbps"]),
+                      format_number(r["best_gbps"]), format_number(100 * eff if eff else None, 0), format_number(r["bidir_gbps"]),
+                      format_number(100 * bidir_eff if bidir_eff else None, 0), escape(r["p2p_access"] or "-"),
                       escape(f"{r['best_source'] or '-'} ({r['best_backend'] or '-'})"))
     return table
+
+
+_CHECK_STYLE = {"verified": "[green]verified[/green]", "WRONG": "[bold red]WRONG[/bold red]",
+                "waived": "[dim]waived[/dim]", "error": "[red]error[/red]"}
 
 
 def measurement_table(results: Results) -> Table:
@@ -84,27 +150,19 @@ def measurement_table(results: Results) -> Table:
     table = Table(title=title, title_justify="left", show_lines=False)
     for column, justify in (("probe", "left"), ("backend", "left"), ("median", "right"), ("unit", "left"),
                             ("p5-p95", "right"), ("CV", "right"), ("datasheet", "right"), ("%", "right"),
-                            ("check", "left")):
+                            ("flag", "left"), ("check", "left")):
         table.add_column(column, justify=justify, no_wrap=column != "check")
     family = None
-    # Sweep points are a series (chart and JSON), not table rows.
-    listed = [m for m in results.measurements if not is_series_point(m.name)]
-    rows = sorted(best_per_backend(listed), key=lambda r: (r[0].name.split(".")[0], r[0].name, r[0].backend))
-    for m, variants in rows:
-        this_family = m.name.split(".")[0]
-        if family is not None and this_family != family:
+    for r in summary_rows(results):
+        if family is not None and r.family != family:
             table.add_section()
-        family = this_family
-        sheet = peaks.datasheet_value(card, m.name)
-        pct = 100 * m.value / sheet if sheet and m.usable else None
-        spread = f"{_fmt(m.stats.p5)}-{_fmt(m.stats.p95)}" if m.status == "ok" else "-"
-        cv = f"{100 * m.stats.cv:.1f}%" if m.status == "ok" and math.isfinite(m.stats.cv) else "-"
-        check = _check(m) if m.status == "ok" else f"{_check(m)} {escape(m.reason[:60])}"
-        if variants > 1:
-            check += f" best of {variants}: {_variant_label(m)}"
-        if m.params.get("derived_from"):
-            check += f" {_derived_note(m)}"
-        table.add_row(m.name, m.backend, _fmt(m.value), m.unit, spread, cv, _fmt(sheet), _fmt(pct, 0), check)
+        family = r.family
+        spread = f"{format_number(r.p5)}-{format_number(r.p95)}" if r.p5 is not None else "-"
+        cv = f"{100 * r.cv:.1f}%" if r.cv is not None else "-"
+        flag = f"[yellow]{r.flag}[/yellow]" if r.flag else ""
+        check = _CHECK_STYLE[r.check] + (f" [dim]{escape(r.note[:80])}[/dim]" if r.note else "")
+        table.add_row(r.name, r.backend, format_number(r.value), r.unit, spread, cv, format_number(r.datasheet), format_number(r.percent, 0),
+                      flag, check)
     return table
 
 
@@ -125,17 +183,14 @@ def print_summary(results: Results, console: Console) -> None:
         console.print(collectives_table(collective_runs, title="collectives (nccl-tests definitions)"))
     model = results.machine_model
     if model is not None:
-        dram = model.dram_key()
-        for key in sorted(model.compute):
-            ridge = model.ridge_point(key, dram) if dram else None
-            if ridge:
-                console.print(f"  ridge point {key} vs {dram}: {ridge:.1f} FLOP/B")
+        for key, ridge in model.ridge_points.items():
+            console.print(f"  ridge point {key.replace('/', ' vs ')}: {ridge:.1f} FLOP/B")
     for w in results.workloads:
         console.print(
             f"\n[bold]{w.name}[/bold] ({', '.join(f'{k}={w.params[k]}' for k in _WORKLOAD_KEYS if k in w.params)}): "
-            f"{_fmt(w.samples_per_second)} samples/s, step {1e3 * w.step_time.median:.2f} ms "
-            f"(CV {100 * w.step_time.cv:.1f}%), {_fmt(w.achieved_tflops, 2)} TFLOP/s achieved at "
-            f"{_fmt(w.intensity)} FLOP/B (counted); roofline allows {_fmt(w.attainable_tflops, 2)} TFLOP/s "
+            f"{format_number(w.samples_per_second)} samples/s, step {1e3 * w.step_time.median:.2f} ms "
+            f"(CV {100 * w.step_time.cv:.1f}%), {format_number(w.achieved_tflops, 2)} TFLOP/s achieved at "
+            f"{format_number(w.intensity)} FLOP/B (counted); roofline allows {format_number(w.attainable_tflops, 2)} TFLOP/s "
             f"against {w.compute_ceiling} / {w.memory_ceiling}"
             + (f" -> {100 * w.fraction_of_attainable:.0f}%" if w.fraction_of_attainable else "")
         )
