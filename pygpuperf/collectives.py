@@ -19,7 +19,6 @@ Exit codes: 0 done, 2 bad input (one line naming the fix).
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 import torch.distributed as dist
 
+from pygpuperf import cli
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError
 from pygpuperf.hierarchy import format_bytes
@@ -656,16 +656,7 @@ def _check_launch(args: argparse.Namespace, device_type: str) -> None:
 
 
 def _out_dir(args: argparse.Namespace) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = args.out or Path("pygpuperf-results") / f"collectives-{stamp}"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe_file = out / ".write-test"
-        probe_file.write_text("")
-        probe_file.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}); choose a writable folder") from None
-    return out
+    return cli.output_dir(args.out, "collectives")
 
 
 def _fmt(value: float) -> str:

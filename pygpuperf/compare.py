@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pygpuperf import datasheets, io, peaks
+from pygpuperf import cli, datasheets, io, peaks
 from pygpuperf.analysis import HALF_RATE_RATIO, SAME_RATE_RATIO
 from pygpuperf.device import UsageError
 from pygpuperf.results import MachineModel, unit_for
@@ -462,13 +462,8 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        code = run(argv)
-    except UsageError as exc:
-        print(f"pygpuperf: error: {exc}", file=sys.stderr)
-        code = 2
-    sys.exit(code)
+def main(argv: list[str] | None = None) -> None:
+    cli.main_of(run, argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ measured is still written to results.json).
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pygpuperf import analysis, collectives, io, links, meta, suite
+from pygpuperf import analysis, cli, collectives, io, links, meta, suite
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError, device_slug, resolve_device
 from pygpuperf.report.chart import roofline_charts
@@ -70,16 +69,7 @@ def _model_name(args: argparse.Namespace, device_type: str) -> str | None:
 
 
 def _out_dir(args: argparse.Namespace, device) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = args.out or Path("pygpuperf-results") / f"{device_slug(device)}-{stamp}"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe_file = out / ".write-test"
-        probe_file.write_text("")
-        probe_file.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}); choose a writable folder") from None
-    return out
+    return cli.output_dir(args.out, device_slug(device))
 
 
 def _list(device, console: Console) -> None:
@@ -206,13 +196,8 @@ def run(argv: list[str] | None = None) -> int:
     return 130 if interrupted else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        code = run(argv)
-    except UsageError as exc:
-        print(f"pygpuperf: error: {exc}", file=sys.stderr)
-        code = 2
-    sys.exit(code)
+def main(argv: list[str] | None = None) -> None:
+    cli.main_of(run, argv)
 
 
 if __name__ == "__main__":
