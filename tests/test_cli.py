@@ -87,7 +87,9 @@ def test_default_cpu_run_is_complete_and_under_three_minutes(tmp_path):
     assert len(results.workloads) == 1
     w = results.workloads[0]
     assert w.achieved_tflops > 0 and w.flops_per_step > 1e9
-    assert w.attainable_tflops is not None and 0 < w.fraction_of_attainable <= 1.5
+    # Above 1 is possible on a CPU: the small model runs from cache while the memory roof is DRAM's
+    # (bytes are counted without reuse). Far above it would mean a wrong ceiling or wrong counting.
+    assert w.attainable_tflops is not None and 0 < w.fraction_of_attainable <= 3
     assert (out / "roofline.png").exists()
     assert "Findings" in proc.stdout or "ridge point" in proc.stdout
 
