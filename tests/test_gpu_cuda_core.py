@@ -84,12 +84,12 @@ def test_peak_detects_unwritten_output(name):
     assert not run.verified, f"{name} verification passed on poisoned output: {run.verify_detail}"
 
 
-@pytest.mark.parametrize("variant", ["rn", "rn.ftz"])
-def test_packed_fp16_forms_verify_and_name_their_instruction(variant):
-    assert native.probe_variants("compute.cuda.fp16x2", GPU) == ["rn", "rn.ftz"]
+@pytest.mark.parametrize("variant", ["registers", "uniform-offsets"])
+def test_packed_fp16_forms_verify_and_say_where_the_addends_live(variant):
+    assert native.probe_variants("compute.cuda.fp16x2", GPU) == ["registers", "uniform-offsets"]
     run = native.run_probe("compute.cuda.fp16x2", GPU, variant=variant, **FAST)
     assert run.verified, run.verify_detail
-    assert ("ftz" in run.params["instruction"]) == (variant == "rn.ftz")
+    assert ("kernel parameters" in run.params["addends"]) == (variant == "uniform-offsets")
     poisoned = native.run_probe("compute.cuda.fp16x2", GPU, variant=variant, warmup=1, samples=2,
                                 poison_after_runs=True)
     assert not poisoned.verified

@@ -49,16 +49,6 @@ struct Fp16x2Op {
   }
 };
 
-// Same recurrence with subnormals flushed: no value here is subnormal, so the results are
-// identical, but the flush-to-zero form may be scheduled on a different pipe by ptxas.
-struct Fp16x2FtzOp : Fp16x2Op {
-  __device__ static Value fma(Value x, Value a, Value b) {
-    Value d;
-    asm("fma.rn.ftz.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(x), "r"(a), "r"(b));
-    return d;
-  }
-};
-
 struct Bf16x2Op {
   using Value = uint32_t;  // .bf16x2 bits, lane 0 in the low half
   using Word = uint32_t;
@@ -132,9 +122,12 @@ __device__ __forceinline__ void seed_chain(uint64_t seed, uint64_t thread, int c
 // Registers only: kPeakChains independent chains per thread, so each warp has 8
 // independent FMA-pipe instructions between dependent ones (latency 4-8 cycles).
 // `trips` comes from the host, so the compiler cannot fold or shorten the loop.
-template <class Op, int kSteps>
+// kUniformOffsets: chain j's addend is offsets.words[j] for every thread, a kernel
+// parameter the FMA can read as an operand in place (the sweep kernel's form).
+template <class Op, int kSteps, bool kUniformOffsets>
 __global__ void __launch_bounds__(kCoreBlock)
-    core_peak_kernel_t(typename Op::Word* out, uint64_t seed, typename Op::Word a_word, int trips) {
+    core_peak_kernel_t(typename Op::Word* out, uint64_t seed, typename Op::Word a_word, int trips,
+                       PeakOffsets offsets) {
   using Value = typename Op::Value;
   const uint64_t thread = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t threads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -147,7 +140,13 @@ __global__ void __launch_bounds__(kCoreBlock)
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
 #pragma unroll
-      for (int j = 0; j < kPeakChains; ++j) x[j] = Op::fma(x[j], a, b[j]);
+      for (int j = 0; j < kPeakChains; ++j) {
+        if constexpr (kUniformOffsets) {
+          x[j] = Op::fma(x[j], a, Op::from_word(static_cast<typename Op::Word>(offsets.words[j])));
+        } else {
+          x[j] = Op::fma(x[j], a, b[j]);
+        }
+      }
     }
   }
 
@@ -157,12 +156,14 @@ __global__ void __launch_bounds__(kCoreBlock)
 
 template <class Op>
 constexpr int kPeakSteps = core_peak_steps(std::is_same_v<Op, Fp64Op> ? CorePrecision::Fp64 : CorePrecision::Fp32);
-template <class Op>
-constexpr auto peak_kernel_for = &core_peak_kernel_t<Op, kPeakSteps<Op>>;
+template <class Op, bool kUniformOffsets = false>
+constexpr auto peak_kernel_for = &core_peak_kernel_t<Op, kPeakSteps<Op>, kUniformOffsets>;
 
-template <class Op>
-void launch_peak(void* out, uint64_t seed, typename Op::Word a, int trips, int grid, cudaStream_t stream) {
-  peak_kernel_for<Op><<<grid, kCoreBlock, 0, stream>>>(static_cast<typename Op::Word*>(out), seed, a, trips);
+template <class Op, bool kUniformOffsets = false>
+void launch_peak(void* out, uint64_t seed, typename Op::Word a, int trips, int grid, cudaStream_t stream,
+                 const PeakOffsets& offsets = {}) {
+  peak_kernel_for<Op, kUniformOffsets><<<grid, kCoreBlock, 0, stream>>>(static_cast<typename Op::Word*>(out), seed,
+                                                                       a, trips, offsets);
   PGP_CUDA_CHECK_LAUNCH();
 }
 
@@ -290,13 +291,13 @@ __global__ void __launch_bounds__(kUtilityBlock)
 
 }  // namespace
 
-const void* core_peak_kernel(CorePrecision p, bool flush_subnormals) {
+const void* core_peak_kernel(CorePrecision p, bool uniform_offsets) {
   switch (p) {
     case CorePrecision::Fp32:
       return reinterpret_cast<const void*>(peak_kernel_for<Fp32Op>);
     case CorePrecision::Fp16x2:
-      return flush_subnormals ? reinterpret_cast<const void*>(peak_kernel_for<Fp16x2FtzOp>)
-                              : reinterpret_cast<const void*>(peak_kernel_for<Fp16x2Op>);
+      return uniform_offsets ? reinterpret_cast<const void*>(peak_kernel_for<Fp16x2Op, true>)
+                             : reinterpret_cast<const void*>(peak_kernel_for<Fp16x2Op>);
     case CorePrecision::Bf16x2:
       return reinterpret_cast<const void*>(peak_kernel_for<Bf16x2Op>);
     case CorePrecision::Fp64:
@@ -308,13 +309,14 @@ const void* core_peak_kernel(CorePrecision p, bool flush_subnormals) {
 }
 
 void launch_core_peak(CorePrecision p, void* out, uint64_t seed, int trips, int grid, cudaStream_t stream,
-                      bool flush_subnormals) {
+                      const PeakOffsets* uniform_offsets) {
   // a is a kernel argument, not a literal, so no step can be strength-reduced.
   switch (p) {
     case CorePrecision::Fp32:
       return launch_peak<Fp32Op>(out, seed, 0x3F000000u, trips, grid, stream);
     case CorePrecision::Fp16x2:
-      if (flush_subnormals) return launch_peak<Fp16x2FtzOp>(out, seed, 0x38003800u, trips, grid, stream);
+      if (uniform_offsets)
+        return launch_peak<Fp16x2Op, true>(out, seed, 0x38003800u, trips, grid, stream, *uniform_offsets);
       return launch_peak<Fp16x2Op>(out, seed, 0x38003800u, trips, grid, stream);
     case CorePrecision::Bf16x2:
       return launch_peak<Bf16x2Op>(out, seed, 0x3F003F00u, trips, grid, stream);

@@ -68,11 +68,20 @@ PGP_HOST_DEVICE inline uint64_t peak_chain_index(uint64_t thread, int chain, int
   return (thread * kPeakChains + static_cast<uint64_t>(chain)) * lanes + lane;
 }
 
-// flush_subnormals selects the .ftz form (fp16x2 only; same results for these values).
-const void* core_peak_kernel(CorePrecision p, bool flush_subnormals = false);
+// The uniform-offset form (fp16x2 only): chain j's b is words[j] (both lanes) in every
+// thread, with fixed-point code uniform_offset_code(seed, j, lane); x0 as above.
+struct PeakOffsets {
+  uint64_t words[kPeakChains] = {};
+};
+PGP_HOST_DEVICE inline uint32_t uniform_offset_code(uint64_t seed, int chain, int lane, int lanes) {
+  return fixed_point_code(mix64(seed ^ 0x554E49464F524D31ull, static_cast<uint64_t>(chain) * lanes + lane));
+}
+
+const void* core_peak_kernel(CorePrecision p, bool uniform_offsets = false);
 // out: kPeakChains x threads words of core_word_bytes(p) (threads = grid x kCoreBlock).
+// uniform_offsets (fp16x2 only) selects the uniform-offset form with those addends.
 void launch_core_peak(CorePrecision p, void* out, uint64_t seed, int trips, int grid, cudaStream_t stream,
-                      bool flush_subnormals = false);
+                      const PeakOffsets* uniform_offsets = nullptr);
 
 // ---- Arithmetic-intensity sweep (fp32, fp16x2) ----------------------------------------
 //

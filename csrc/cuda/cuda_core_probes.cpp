@@ -271,18 +271,19 @@ class CudaCorePeakProbe : public CudaProbe {
     return std::nullopt;
   }
 
-  // fp16x2 has two instruction forms with identical results here; ptxas may place them
-  // on different pipes, so both are measured and the faster one sets the ceiling.
+  // fp16x2 in two forms: addends in registers (per thread), or per chain from kernel
+  // parameters, which the FMA reads in place; ptxas schedules the two differently.
   std::vector<std::string> variants(const Device&, bool) const final {
-    if (precision_ == CorePrecision::Fp16x2) return {"rn", "rn.ftz"};
+    if (precision_ == CorePrecision::Fp16x2) return {"registers", "uniform-offsets"};
     return {""};
   }
 
   void setup(const Device& dev, const RunConfig& cfg) final {
     begin_setup(dev);
     const DeviceFacts& f = facts();
-    flush_subnormals_ = cfg.variant == "rn.ftz";
-    grid_ = occupancy_grid(core_peak_kernel(precision_, flush_subnormals_), kCoreBlock);
+    uniform_offsets_ = cfg.variant == "uniform-offsets";
+    if (uniform_offsets_) offsets_ = uniform_offsets();
+    grid_ = occupancy_grid(core_peak_kernel(precision_, uniform_offsets_), kCoreBlock);
     threads_ = static_cast<uint64_t>(grid_) * kCoreBlock;
     // Only sizes the run: without the attribute (newer runtimes may drop it), assume 1.5 GHz.
     if (cudaDeviceGetAttribute(&clock_khz_, cudaDevAttrClockRate, f.index) != cudaSuccess) {
@@ -309,7 +310,8 @@ class CudaCorePeakProbe : public CudaProbe {
   void poison() final { poison_bytes(out_.get(), out_.bytes(), cuda_stream()); }
 
   void run() final {
-    launch_core_peak(precision_, out_.get(), seed(), trips_, grid_, cuda_stream(), flush_subnormals_);
+    launch_core_peak(precision_, out_.get(), seed(), trips_, grid_, cuda_stream(),
+                     uniform_offsets_ ? &offsets_ : nullptr);
   }
 
   Verification verify() final {
@@ -326,7 +328,8 @@ class CudaCorePeakProbe : public CudaProbe {
   }
 
   Params params() const final {
-    Params p{{"instruction", flush_subnormals_ ? "HFMA2.FTZ (fma.rn.ftz.f16x2)" : spec_.instruction},
+    Params p{{"instruction", spec_.instruction},
+             {"addends", uniform_offsets_ ? "per chain, kernel parameters" : "per thread and chain, registers"},
              {"type", spec_.type},
              {"recurrence", precision_ == CorePrecision::Int32
                                 ? "x = x * a + b mod 2^32, a = " + std::to_string(kImadMultiplier) +
@@ -371,6 +374,17 @@ class CudaCorePeakProbe : public CudaProbe {
     return w;
   }
 
+  // Chain j's addend b = p / 2 in both lanes, as the kernel reads it.
+  PeakOffsets uniform_offsets() const {
+    const Format f = format_of(precision_);
+    const int lanes = core_lanes(precision_);
+    PeakOffsets o;
+    for (int j = 0; j < kPeakChains; ++j)
+      for (int l = 0; l < lanes; ++l)
+        o.words[j] |= encode(offset_value(uniform_offset_code(seed(), j, l, lanes)), f) << (lane_bits(f) * l);
+    return o;
+  }
+
   // Every chain ends where the host's simulation in the same format ends (its fixed
   // point p: the start value and iteration count are not visible in it, and an
   // implausible rate, not this check, shows too few iterations).
@@ -392,7 +406,8 @@ class CudaCorePeakProbe : public CudaProbe {
         for (int l = 0; l < lanes; ++l) {
           ++checked;
           const uint64_t hash = mix64(seed(), peak_chain_index(t, j, l, lanes));
-          const uint32_t m = start_code(hash), k = fixed_point_code(hash);
+          const uint32_t m = start_code(hash);
+          const uint32_t k = uniform_offsets_ ? uniform_offset_code(seed(), j, l, lanes) : fixed_point_code(hash);
           const uint64_t want = expected[k * kStartCodes + m];
           const uint64_t got = lane_of(word, l, f);
           if (got == want) continue;
@@ -440,7 +455,8 @@ class CudaCorePeakProbe : public CudaProbe {
   int trips_ = 0;
   int clock_khz_ = 0;
   int lanes_per_clock_ = 0;
-  bool flush_subnormals_ = false;
+  bool uniform_offsets_ = false;
+  PeakOffsets offsets_;
   DeviceBuffer<uint8_t> out_;
 };
 
