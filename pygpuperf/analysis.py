@@ -238,6 +238,7 @@ def conclude(results: Results, device: str) -> None:
         place_workload(w, results.machine_model)
     results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)
                         + compute_findings(results.measurements, meta)
+                        + intensity_sweep_findings(results.measurements, results.machine_model)
                         + diagnostics.datasheet_findings(results.measurements, results.machine_model, meta)
                         + transfers.transfer_findings(results.measurements, results.meta.get("links")))
     missing = results.meta.get("extension", {}).get("error")
@@ -249,3 +250,54 @@ def conclude(results: Results, device: str) -> None:
             "outside the source tree, whose pygpuperf folder has no compiled extension)."))
     for w in results.workloads:
         results.findings += workload_findings(w, results.machine_model)
+
+
+# A sweep plateau and a ceiling agree when they are within this share of each other.
+SWEEP_AGREEMENT = 0.10
+
+
+def intensity_sweep_findings(measurements: list[Measurement], model: MachineModel) -> list[Finding]:
+    """The mixbench-style sweep against the ceilings, per precision: its compute-bound end against
+    the peak probe, its memory-bound end against the main-memory roof, and the ridge point the two
+    ends imply against the model's."""
+    series: dict[str, list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.name == "compute.sweep" and m.usable and m.flops > 0 and "flop_per_byte" in m.params:
+            series[m.params.get("variant", "").split(".", 1)[0]].append(m)
+    dram = model.dram_key()
+    # The sweep reads and writes every byte once, so a copy stream is its memory roof.
+    copies = [m for m in measurements if dram and m.name == f"memory.{dram}.copy" and m.usable]
+    memory_gbs = max((m.value for m in copies), default=model.memory[dram].value if dram else 0.0)
+    findings: list[Finding] = []
+    for precision, points in sorted(series.items()):
+        points.sort(key=lambda m: float(m.params["flop_per_byte"]))
+        if len(points) < 3 or dram is None:
+            continue
+        top = max(m.value for m in points)  # TFLOP/s at the compute-bound end
+        bandwidth = max(m.value / float(m.params["flop_per_byte"]) * 1e3 for m in points)  # GB/s, memory-bound end
+        measured_ridge = top * 1e3 / bandwidth
+        ceiling = model.compute.get(f"cuda.{precision}")
+        if ceiling is None:
+            continue
+        ridge = ceiling.value * 1e3 / memory_gbs
+        evidence = {"precision": precision, "sweep_tflops": round(top, 2), "sweep_gbs": round(bandwidth),
+                    "sweep_ridge_flop_per_byte": round(measured_ridge, 1), f"{dram}_copy_gbs": round(memory_gbs),
+                    "peak_probe_tflops": round(ceiling.value, 2), "model_ridge_flop_per_byte": round(ridge, 1)}
+        if top > ceiling.value * (1 + SWEEP_AGREEMENT):
+            findings.append(Finding(
+                "warning", f"The {precision} intensity sweep reaches {top:,.1f} TFLOP/s, above the {ceiling.value:,.1f} "
+                f"of the compute.cuda.{precision} peak probe: the peak kernel is not at the unit's issue rate, so the "
+                f"roof is higher than the table says.", evidence,
+                "Treat the sweep's figure as the compute roof for this precision; the peak probe needs tuning."))
+        elif top < ceiling.value * (1 - SWEEP_AGREEMENT) or bandwidth < memory_gbs * (1 - SWEEP_AGREEMENT):
+            findings.append(Finding(
+                "warning", f"The {precision} intensity sweep stays below the ceilings ({top:,.1f} TFLOP/s of "
+                f"{ceiling.value:,.1f}, {bandwidth:,.0f} GB/s of {memory_gbs:,.0f}), so the roofline's corner is "
+                "not where the ceilings put it.", evidence,
+                "Mixed kernels lose rate to latency between loads and math; expect real kernels near the sweep."))
+        else:
+            findings.append(Finding(
+                "info", f"The {precision} intensity sweep turns compute-bound at {measured_ridge:,.1f} FLOP/B, where the "
+                f"ceilings put the ridge ({ridge:,.1f} FLOP/B against the copy roof): the roofline holds for "
+                "mixed kernels.", evidence, ""))
+    return findings

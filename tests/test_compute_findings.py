@@ -3,7 +3,7 @@
 import pytest
 
 from pygpuperf import analysis
-from pygpuperf.results import Measurement, Telemetry
+from pygpuperf.results import MachineModel, Measurement, Telemetry
 
 RTX3090 = {"name": "NVIDIA GeForce RTX 3090", "compute_capability": "8.6", "multiprocessor_count": 82,
            "sm_clock_max_mhz": 1695}
@@ -82,3 +82,53 @@ def test_missing_native_extension_is_the_first_finding():
     loaded = Results(meta={"device": {"type": "cpu"}, "extension": {"cuda": "0"}})
     analysis.conclude(loaded, "cpu")
     assert not any("extension" in f.title for f in loaded.findings)
+
+
+def sweep_point(precision, flop_per_byte, tflops):
+    """One compute.sweep point: `tflops` achieved at `flop_per_byte` over a 10 ms run."""
+    flops = tflops * 1e12 * 0.01
+    return Measurement.from_samples("compute.sweep", sample_seconds=[0.01] * 3, bytes_read=flops / flop_per_byte / 2,
+                                    bytes_written=flops / flop_per_byte / 2, flops=flops, backend="native-cuda",
+                                    device="cuda:0", verified=True,
+                                    params={"variant": f"{precision}.{flop_per_byte:g}", "flop_per_byte": f"{flop_per_byte:g}"})
+
+
+def stream(name, gbs):
+    return Measurement.from_samples(name, sample_seconds=[0.01] * 3, bytes_read=gbs * 1e9 * 0.005,
+                                    bytes_written=gbs * 1e9 * 0.005, flops=0, backend="native-cuda", device="cuda:0",
+                                    verified=True)
+
+
+def sweep(precision, bandwidth_gbs, top_tflops):
+    """A roofline-shaped sweep: min(top, intensity x bandwidth) at 0.25 ... 1024 FLOP/B."""
+    return [sweep_point(precision, i, min(top_tflops, i * bandwidth_gbs / 1e3))
+            for i in (0.25, 1, 4, 16, 64, 256, 1024)]
+
+
+def sweep_findings(points, peak_tflops, copy_gbs=4300.0, name="compute.cuda.fp32"):
+    ms = points + [tensor(name, peak_tflops), stream("memory.hbm.copy", copy_gbs), stream("memory.hbm.write", 4700.0)]
+    return analysis.intensity_sweep_findings(ms, MachineModel.from_measurements("cuda:0", ms))
+
+
+def test_sweep_that_meets_the_ceilings_confirms_the_ridge_point():
+    (f,) = sweep_findings(sweep("fp32", 4000.0, 65.8), 66.0)
+    assert f.severity == "info" and "the roofline holds" in f.title
+    # The copy roof, not the faster write roof, is the sweep's memory ceiling: 66 TFLOP/s / 4300 GB/s.
+    assert f.evidence["model_ridge_flop_per_byte"] == pytest.approx(15.3, abs=0.1)
+    assert f.evidence["sweep_ridge_flop_per_byte"] == pytest.approx(16.4, abs=0.1)
+
+
+def test_sweep_above_the_peak_probe_says_the_peak_kernel_needs_tuning():
+    (f,) = sweep_findings(sweep("fp16x2", 4000.0, 124.0), 105.0, name="compute.cuda.fp16x2")
+    assert f.severity == "warning" and "above the 105.0" in f.title and "124.0 TFLOP/s" in f.title
+
+
+def test_sweep_below_the_memory_roof_is_called_out():
+    (f,) = sweep_findings(sweep("fp32", 3000.0, 65.0), 66.0)
+    assert f.severity == "warning" and "stays below the ceilings" in f.title and "3,000 GB/s of 4,300" in f.title
+
+
+def test_no_sweep_finding_without_enough_points_or_a_peak_probe():
+    assert sweep_findings(sweep("fp32", 4000.0, 65.8)[:2], 66.0) == []
+    ms = sweep("bf16x2", 4000.0, 100.0) + [stream("memory.hbm.copy", 4300.0)]
+    assert analysis.intensity_sweep_findings(ms, MachineModel.from_measurements("cuda:0", ms)) == []
