@@ -605,8 +605,8 @@ class LatencyProbe : public HierarchyProbe {
   }
   // Writing the chain left its last lines in L2; overwrite L2 so DRAM chains start cold.
   void evict_l2() {
-    DeviceBuffer<uint8_t> scratch(2 * facts().l2_bytes);
-    PGP_CUDA_CHECK(cudaMemsetAsync(scratch.get(), 0x5A, scratch.bytes(), cuda_stream()));
+    DeviceBuffer<uint8_t> eviction_buffer(2 * facts().l2_bytes);
+    PGP_CUDA_CHECK(cudaMemsetAsync(eviction_buffer.get(), 0x5A, eviction_buffer.bytes(), cuda_stream()));
     synchronize();
   }
 
