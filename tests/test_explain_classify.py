@@ -1,0 +1,113 @@
+"""Kernel classes and precisions from kernel names, launching ops, dtypes and math settings."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pygpuperf.explain.classify import RULES, KernelContext, MathSettings, classify, classify_all
+from pygpuperf.explain.model import (
+    CUDA_MATH,
+    KERNEL_CLASSES,
+    LAYOUT,
+    MEMORY_BOUND,
+    OTHER,
+    TENSOR_GEMM,
+    KernelRecord,
+)
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "kernel_names.json").read_text())
+KERNELS = FIXTURE["kernels"]
+
+
+def record(name, op="", dtypes=()):
+    return KernelRecord(name=name, start_us=0.0, duration_us=1.0, op=op, dtypes=list(dtypes))
+
+
+@pytest.mark.parametrize("entry", KERNELS, ids=[f"{e['class']}-{i}" for i, e in enumerate(KERNELS)])
+def test_fixture_names(entry):
+    ctx = KernelContext(
+        op_stack=tuple(entry.get("op_stack", ())),
+        layout_copy=entry.get("layout_copy", False),
+        settings=MathSettings(**entry.get("settings", {})),
+    )
+    got = classify(record(entry["name"], entry["op"], entry["dtypes"]), ctx)
+    assert got == (entry["class"], entry["precision"]), entry["source"]
+
+
+def test_fixture_covers_every_class():
+    assert {e["class"] for e in KERNELS} == set(KERNEL_CLASSES)
+    assert len({e["name"] for e in KERNELS if "op_stack" not in e and "layout_copy" not in e}) >= 50
+
+
+# A cuBLAS-style FFMA/TF32-ambiguous name: fp32 operands, no tf32 field.
+FP32_XMMA = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x16_stage4_warpsize2x2x1_execute_kernel__5x_cublas"
+
+
+def test_fp32_gemm_follows_the_tf32_switches():
+    mm = record(FP32_XMMA, "aten::mm", ["float32", "float32"])
+    assert classify(mm) == (CUDA_MATH, "fp32")  # torch's default: no TF32 for matmuls
+    assert classify(mm, KernelContext(settings=MathSettings(matmul_tf32=True))) == (TENSOR_GEMM, "tf32.acc32")
+    # Convolutions follow cuDNN's switch, which torch leaves on.
+    conv = record(FP32_XMMA.replace("gemm", "fprop_implicit_gemm"), "aten::cudnn_convolution", ["float32"])
+    assert classify(conv) == (TENSOR_GEMM, "tf32.acc32")
+    assert classify(conv, KernelContext(settings=MathSettings(cudnn_tf32=False))) == (CUDA_MATH, "fp32")
+
+
+def test_fp16_accumulation_switch_when_the_name_does_not_say():
+    # A GEMM kernel no name rule knows, launched by aten::mm: class and precision from the op.
+    gemm = record("gemm_kernel_from_a_new_library", "aten::mm", ["float16", "float16"])
+    assert classify(gemm) == (TENSOR_GEMM, "fp16.acc32")
+    acc16 = KernelContext(settings=MathSettings(fp16_accumulation=True))
+    assert classify(gemm, acc16) == (TENSOR_GEMM, "fp16.acc16")
+    # Where the name spells the accumulator, the name wins over the switch.
+    named = record("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT", "aten::mm", ["float16", "float16"])
+    assert classify(named, acc16) == (TENSOR_GEMM, "fp16.acc32")
+    # The same unknown name outside a GEMM op is not math.
+    assert classify(record("gemm_kernel_from_a_new_library", "my_ext::op", ["float16"])) == (OTHER, "")
+
+
+COPY = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+    "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+)
+
+
+def test_copy_kernel_class_depends_on_the_launching_op():
+    copy = record(COPY, "aten::copy_", ["float32", "float32"])
+    assert classify(copy) == (MEMORY_BOUND, "fp32")
+    assert classify(copy, KernelContext(op_stack=("aten::contiguous", "aten::clone", "aten::copy_"))) == (LAYOUT, "")
+    assert classify(copy, KernelContext(op_stack=("aten::add_", "aten::copy_"))) == (MEMORY_BOUND, "fp32")
+    assert classify(copy, KernelContext(layout_copy=True)) == (LAYOUT, "")
+    # The record's own op counts as the innermost op when no stack is given.
+    assert classify(record(COPY, "aten::contiguous", ["float32"])) == (LAYOUT, "")
+
+
+def test_data_precision_falls_back_to_the_kernel_name():
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>, std::array<char*, 1ul> >"
+    assert classify(record(name)) == (MEMORY_BOUND, "bf16")
+    assert classify(record(name, "aten::fill_", ["float16", "Scalar"])) == (MEMORY_BOUND, "fp16")
+
+
+def test_unknown_kernel_is_other():
+    assert classify(record("totally_custom_kernel")) == (OTHER, "")
+
+
+def test_classify_all_sets_the_fields():
+    records = [record("ampere_sgemm_128x64_nn", "aten::mm", ["float32"]), record("Memset (Device)")]
+    classify_all(records)
+    assert [(r.kernel_class, r.precision) for r in records] == [(CUDA_MATH, "fp32"), ("memcpy_memset", "")]
+
+
+def test_every_rule_is_reached_by_the_fixture():
+    # A rule no fixture name reaches is either dead or untested.
+    reached = set()
+    for e in KERNELS:
+        rec = record(e["name"], e["op"], e["dtypes"])
+        ctx = KernelContext(op_stack=tuple(e.get("op_stack", ())), layout_copy=e.get("layout_copy", False))
+        for i, rule in enumerate(RULES):
+            if rule.pattern.search(rec.name) and (rule.when is None or rule.when(rec, ctx)):
+                reached.add(i)
+                break
+    unreached = [RULES[i].pattern.pattern for i in range(len(RULES)) if i not in reached]
+    assert unreached == []
