@@ -111,3 +111,32 @@ def test_every_rule_is_reached_by_the_fixture():
                 break
     unreached = [RULES[i].pattern.pattern for i in range(len(RULES)) if i not in reached]
     assert unreached == []
+
+
+# Independent of the rule table: what a kernel of a ResNet-50 step must be, read off its name.
+_RECORDED_EXPECTATIONS = (
+    (r"xmma_(fprop|dgrad|wgrad)|nvjet_|s16816gemm", "tensor_gemm"),
+    (r"nchwToNhwc|nhwcToNchw", "layout"),
+    (r"bn_fw|bn_bw|batch_norm|elementwise|reduce_kernel|max_pool|multi_tensor_apply|reduce_wgrad", "memory_bound"),
+    (r"^Memcpy|^Memset", "memcpy_memset"),
+)
+
+
+def test_kernels_recorded_on_the_h200_get_the_class_their_names_say():
+    import re
+
+    from pygpuperf.explain.model import KernelRecord
+
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "kernel_names_h200.json").read_text())["kernels"]
+    checked = 0
+    for k in recorded:
+        record = KernelRecord(name=k["name"], start_us=0.0, duration_us=1.0, op=k["op"], dtypes=k["dtypes"])
+        kernel_class, precision = classify(record)
+        for pattern, expected in _RECORDED_EXPECTATIONS:
+            if re.search(pattern, k["name"]):
+                assert kernel_class == expected, f"{k['name'][:120]} ({k['op']}): {kernel_class}"
+                if expected == "tensor_gemm":  # fp16 AMP convolutions accumulate in fp32
+                    assert precision == "fp16.acc32", f"{k['name'][:120]}: {precision}"
+                checked += 1
+                break
+    assert checked >= 0.9 * len(recorded)

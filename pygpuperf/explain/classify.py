@@ -282,8 +282,9 @@ RULES: tuple[Rule, ...] = (
     _rule(r"wgrad_alg\d|dgrad_engine|dgrad2d_alg|dgrad_alg|fft2d|fft1d|fft_|winograd|flip_filter", _cuda_math),
     # ATen depthwise and direct convolutions (no library GEMM behind them).
     _rule(r"conv_depthwise|depthwise_conv|DepthwiseConv|slow_conv|conv2d_grouped_direct", _cuda_math),
-    # cuBLAS split-K partial-sum reduction after a GEMM: a streaming pass over the output.
-    _rule(r"splitKreduce|split_k_reduce|splitk_reduce", _with_data(MEMORY_BOUND), flags=_I),
+    # cuBLAS split-K and cuDNN weight-gradient partial-sum reductions after a GEMM: a streaming
+    # pass over the output (cudnn::cnn::reduce_wgrad_nchw_helper seen in H200 traces).
+    _rule(r"splitKreduce|split_k_reduce|splitk_reduce|reduce_wgrad", _with_data(MEMORY_BOUND), flags=_I),
     # cuDNN bookkeeping for implicit convolution (offset tables), not data movement or math.
     _rule(r"computeOffsetsKernel|computeBOffsets", _fixed(OTHER)),
     # Explicit layout kernels: cuDNN/ATen NCHW<->NHWC, transposes, tensor format conversion,
