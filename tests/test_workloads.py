@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pygpuperf.workloads import WORKLOADS, count_step, get_workload, run_workload
+from pygpuperf.workloads import WORKLOADS, BuiltWorkload, Workload, count_step, get_workload, run_workload
 
 CPU = torch.device("cpu")
 
@@ -68,3 +68,74 @@ def test_resnet18_small_training_run() -> None:
 def test_bad_step_counts_are_rejected() -> None:
     with pytest.raises(ValueError, match="steps"):
         run_workload(get_workload("resnet18-train-small"), CPU, steps=0)
+
+
+# --------------------------------------------------------------------------- the built workload's life cycle
+
+
+class _Recorded(Workload):
+    """A workload whose step, counted step and close are recorded, to check what run_workload calls."""
+
+    name = "recorded"
+    description = "records calls"
+
+    def __init__(self, fail_on_step: int | None = None) -> None:
+        self.calls: list[str] = []
+        self.fail_on_step = fail_on_step
+
+    def build(self, device: torch.device, batch_size: int | None = None, **knobs: object) -> BuiltWorkload:
+        a, b = torch.randn(8, 4), torch.randn(4, 2)
+
+        def step() -> None:
+            self.calls.append("step")
+            if self.fail_on_step is not None and self.calls.count("step") == self.fail_on_step:
+                raise RuntimeError("step failed")
+
+        def count() -> None:
+            self.calls.append("count")
+            a @ b
+
+        return BuiltWorkload(step=step, samples_per_step=batch_size or 1, params=dict(knobs), count_step=count,
+                             on_close=[lambda: self.calls.append("close")])
+
+
+def test_run_workload_counts_the_count_step_and_closes() -> None:
+    workload = _Recorded()
+    result = run_workload(workload, CPU, batch_size=4, warmup=2, steps=3, knobs={"flavour": "plain"})
+    # A replayed graph is invisible to dispatch modes: the eager count_step is what gets counted.
+    assert result.flops_per_step == 2 * 8 * 4 * 2
+    assert workload.calls == ["step", "count", "step", "step", "step", "step", "close"]
+    assert result.params["flavour"] == "plain" and result.samples_per_second == pytest.approx(
+        4 / result.step_time.median)
+
+
+def test_run_workload_closes_when_a_step_fails() -> None:
+    workload = _Recorded(fail_on_step=2)
+    with pytest.raises(RuntimeError, match="step failed"):
+        run_workload(workload, CPU, warmup=1, steps=3)
+    assert workload.calls[-1] == "close"
+
+
+def test_built_workload_closes_once_last_added_first() -> None:
+    order: list[int] = []
+    built = BuiltWorkload(step=lambda: None, samples_per_step=1, params={},
+                          on_close=[lambda: order.append(1), lambda: order.append(2)])
+    with built:
+        pass
+    built.close()
+    assert order == [2, 1]
+
+
+def test_knob_specs_parse_command_line_strings() -> None:
+    from pygpuperf.device import UsageError
+    from pygpuperf.workloads.knobs import AMP, COMPILE, CUDA_GRAPHS, KnobError, KnobSpec
+
+    assert CUDA_GRAPHS.parse("on") is True and CUDA_GRAPHS.parse("OFF") is False and CUDA_GRAPHS.parse(True)
+    assert AMP.parse("bfloat16") == "bf16" and AMP.parse("fp32") == "none"
+    assert COMPILE.parse("on") == "inductor" and COMPILE.parse(False) == "off"
+    size = KnobSpec("image_size", "int", "side", minimum=16, multiple_of=16)
+    assert size.parse("64") == 64
+    for bad in ("8", "40", "x", 2.5, True):
+        with pytest.raises(KnobError) as info:
+            size.parse(bad)
+        assert isinstance(info.value, UsageError) and "image_size" in str(info.value)

@@ -4,9 +4,26 @@ from __future__ import annotations
 
 from pygpuperf.workloads.accounting import count_step
 from pygpuperf.workloads.base import BuiltWorkload, Workload, run_workload
-from pygpuperf.workloads.vision import RESNET18_TRAIN_SMALL, RESNET50_TRAIN_AMP
+from pygpuperf.workloads.detection import RETINANET_TRAIN
+from pygpuperf.workloads.gan import DCGAN_TRAIN
+from pygpuperf.workloads.knobs import KnobError, KnobSpec
+from pygpuperf.workloads.language import GPT_100M_TRAIN, GPTConfig
+from pygpuperf.workloads.segmentation import UNET_TRAIN
+from pygpuperf.workloads.user import UserWorkload, load_user_step
+from pygpuperf.workloads.vision import RESNET18_TRAIN_SMALL, RESNET50, RESNET50_TRAIN_AMP, RESNET101
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (RESNET50_TRAIN_AMP, RESNET18_TRAIN_SMALL)}
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        *RESNET50,
+        *RESNET101,
+        RESNET18_TRAIN_SMALL,
+        RETINANET_TRAIN,
+        DCGAN_TRAIN,
+        UNET_TRAIN,
+        GPT_100M_TRAIN,
+    )
+}
 
 #: What runs when none is named: the full model on accelerators, the small one on a CPU.
 DEFAULT_WORKLOAD = {"cpu": RESNET18_TRAIN_SMALL.name, "other": RESNET50_TRAIN_AMP.name}
@@ -28,10 +45,15 @@ def get_workload(name: str) -> Workload:
 __all__ = [
     "BuiltWorkload",
     "DEFAULT_WORKLOAD",
+    "GPTConfig",
+    "KnobError",
+    "KnobSpec",
+    "UserWorkload",
     "WORKLOADS",
     "Workload",
     "count_step",
     "default_workload_name",
     "get_workload",
+    "load_user_step",
     "run_workload",
 ]

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 BYTES_NOTE = (
     "bytes_per_step is an estimate: the sum of the sizes of every tensor input and output of every "
@@ -36,6 +36,32 @@ _NO_DATA_OPS = {
     _aten.lift_fresh,
     _aten._unsafe_view,
 }
+
+
+Shape = tuple[int, ...]
+
+
+def _cpu_attention_flops(query: Shape, key: Shape, value: Shape, *args: Any, out_shape: Any = None,
+                         **kwargs: Any) -> int:
+    return sdpa_flop_count(query, key, value)
+
+
+def _cpu_attention_backward_flops(grad_out: Shape, query: Shape, key: Shape, value: Shape, *args: Any,
+                                  out_shape: Any = None, **kwargs: Any) -> int:
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+def _extra_flop_formulas() -> dict[Any, Callable[..., int]]:
+    """Attention ops torch's flop counter has no formula for: the CPU flash kernels behind
+    scaled_dot_product_attention, counted like the CUDA ones (full score matrix, mask ignored)."""
+    formulas: dict[Any, Callable[..., int]] = {}
+    forward = getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    backward = getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    if forward is not None:
+        formulas[forward] = _cpu_attention_flops
+    if backward is not None:
+        formulas[backward] = _cpu_attention_backward_flops
+    return formulas
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -87,7 +113,7 @@ def count_step(step_fn: Callable[[], Any]) -> tuple[float, float]:
     matmul, convolution and attention. Bytes: :class:`TensorBytesMode`, an
     estimate with no cache reuse (see BYTES_NOTE). Call it outside timing.
     """
-    flop_counter = FlopCounterMode(display=False)
+    flop_counter = FlopCounterMode(display=False, custom_mapping=_extra_flop_formulas())
     bytes_mode = TensorBytesMode()
     # Entered last, the bytes mode sees each op first, before the flop counter may decompose it.
     with flop_counter, bytes_mode:

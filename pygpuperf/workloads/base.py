@@ -5,23 +5,51 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 from pygpuperf.backends.portable import make_timer, synchronize
 from pygpuperf.results import Stats, WorkloadResult
 from pygpuperf.workloads.accounting import BYTES_NOTE, FLOPS_NOTE, count_step
+from pygpuperf.workloads.knobs import KnobSpec
 
 
 @dataclass
 class BuiltWorkload:
-    """A ready-to-run workload: one call of `step` is one training (or inference) step."""
+    """A ready-to-run workload: one call of `step` is one training (or inference) step.
+
+    `count_step`, where given, is the same step run eagerly: what FLOPs and bytes are counted
+    from when `step` replays a CUDA graph or runs compiled code, which dispatch modes cannot see
+    into. `modules` are the models the step runs (uncompiled), for inspection. `close()` (or
+    leaving a ``with`` block) undoes what building changed outside the workload, such as
+    torch's global flags; it runs once.
+    """
 
     step: Callable[[], Any]
     samples_per_step: int
     params: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    count_step: Callable[[], Any] | None = None
+    modules: tuple[torch.nn.Module, ...] = ()
+    on_close: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Run the close callbacks, last added first; later calls do nothing."""
+        errors: list[BaseException] = []
+        while self.on_close:
+            try:
+                self.on_close.pop()()
+            except BaseException as exc:  # the rest still run
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> "BuiltWorkload":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class Workload(ABC):
@@ -34,6 +62,10 @@ class Workload(ABC):
     def build(self, device: torch.device, batch_size: int | None = None, **knobs: Any) -> BuiltWorkload:
         """Create model, data and optimizer on `device`; batch_size None takes the workload's default."""
 
+    def knob_specs(self) -> tuple[KnobSpec, ...]:
+        """The knobs `build` takes (batch_size among them), for a CLI to expose; none by default."""
+        return ()
+
     def default_steps(self, device: torch.device) -> tuple[int, int]:
         """(warm-up steps, timed steps): few on a CPU, where each step takes long."""
         return (3, 5) if device.type == "cpu" else (10, 30)
@@ -45,12 +77,15 @@ def run_workload(
     batch_size: int | None = None,
     warmup: int | None = None,
     steps: int | None = None,
+    *,
+    knobs: Mapping[str, Any] | None = None,
 ) -> WorkloadResult:
     """Build `workload`, warm it up while counting one steady-state step, then time `steps` steps.
 
     Step times come from device events on 'cuda' and from the wall clock with the
     device synchronized around each step elsewhere. The roofline placement fields
-    of the result are left None: they depend on the machine model.
+    of the result are left None: they depend on the machine model. `knobs` go to
+    ``workload.build``; the built workload is closed (global flags restored) on return.
     """
     device = torch.device(device)
     default_warmup, default_steps = workload.default_steps(device)
@@ -61,23 +96,25 @@ def run_workload(
     if warmup < 0:
         raise ValueError(f"warmup must be non-negative, got {warmup}")
 
-    built = workload.build(device, batch_size)
-    # The first step differs from the rest (optimizer state is created), so count the second one.
-    # Counting runs the step under dispatch modes (slow): once, outside timing, where it also
-    # serves as one more warm-up step (early steps pay for allocation and page faults).
-    if warmup > 0:
-        built.step()
-    flops, nbytes = count_step(built.step)
-    for _ in range(max(warmup - 1, 0)):
-        built.step()
-    synchronize(device)
+    built = workload.build(device, batch_size, **dict(knobs or {}))
+    with built:
+        # The first step differs from the rest (optimizer state is created), so count the second one.
+        # Counting runs the step under dispatch modes (slow): once, outside timing, where it also
+        # serves as one more warm-up step (early steps pay for allocation and page faults).
+        if warmup > 0:
+            built.step()
+        flops, nbytes = count_step(built.count_step or built.step)
+        for _ in range(max(warmup - 1, 0)):
+            built.step()
+        synchronize(device)
 
-    timer = make_timer(device, steps)
-    for i in range(steps):
-        timer.start(i)
-        built.step()
-        timer.stop(i)
-    step_time = Stats.of(timer.seconds())
+        timer = make_timer(device, steps)
+        step = built.step
+        for i in range(steps):
+            timer.start(i)
+            step()
+            timer.stop(i)
+        step_time = Stats.of(timer.seconds())
 
     params = dict(built.params)
     params["warmup_steps"] = str(warmup)
