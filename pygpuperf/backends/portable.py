@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from pygpuperf import pairs
+from pygpuperf import pairs, torch_flags
 from pygpuperf.backends.base import Backend, RunSettings, memory_level
 from pygpuperf.hierarchy import cpu_cache_facts
 from pygpuperf.meta import host_memory_bytes
@@ -423,37 +423,6 @@ _MATMUL_SHAPES_CPU = ("1024", "512")
 _VERIFY_ROWS = 32
 
 
-def _set_tf32(enabled: bool) -> Callable[[], None]:
-    """Set cuBLAS TF32 for fp32 matmul; returns the function that restores the previous setting."""
-    matmul = torch.backends.cuda.matmul
-    try:
-        previous = matmul.allow_tf32
-    except RuntimeError:
-        # torch >= 2.9 refuses the legacy read once the newer fp32_precision API was used: stay on that API.
-        previous_precision = matmul.fp32_precision
-        matmul.fp32_precision = "tf32" if enabled else "ieee"
-        return lambda: setattr(matmul, "fp32_precision", previous_precision)
-    matmul.allow_tf32 = enabled
-    return lambda: setattr(matmul, "allow_tf32", previous)
-
-
-def _set_fp16_accumulation(enabled: bool) -> Callable[[], None]:
-    """Set cuBLAS fp16 accumulation where torch has the flag; returns the restore function."""
-    matmul = torch.backends.cuda.matmul
-    if not hasattr(matmul, "allow_fp16_accumulation"):
-        return lambda: None
-    previous = matmul.allow_fp16_accumulation
-    matmul.allow_fp16_accumulation = enabled
-    return lambda: setattr(matmul, "allow_fp16_accumulation", previous)
-
-
-def _has_fp16_accumulation_flag() -> bool:
-    try:
-        return hasattr(torch.backends.cuda.matmul, "allow_fp16_accumulation")
-    except RuntimeError:
-        return False
-
-
 def _cpu_has_fast_bf16() -> bool:
     """Whether oneDNN has bf16 kernels for this CPU; without them torch's fallback is ~100x slower than fp32."""
     try:
@@ -528,7 +497,7 @@ class LibraryMatmulProbe(Probe):
             if variant == "fp16acc16":
                 if is_rocm:
                     return "torch.backends.cuda.matmul.allow_fp16_accumulation applies to cuBLAS only, not ROCm"
-                if not _has_fp16_accumulation_flag():
+                if not torch_flags.has_fp16_accumulation_flag():
                     return f"torch {torch.__version__} has no torch.backends.cuda.matmul.allow_fp16_accumulation"
             if variant == "bf16":
                 try:
@@ -585,11 +554,11 @@ class LibraryMatmulProbe(Probe):
         if device.type == "cuda":
             if self.dtype == torch.float32:
                 tf32 = self.variant == "tf32"
-                self._restore.append(_set_tf32(tf32))
+                self._restore.append(torch_flags.set_matmul_tf32(tf32))
                 self._flags["allow_tf32"] = str(tf32)
-            if self.dtype == torch.float16 and _has_fp16_accumulation_flag():
+            if self.dtype == torch.float16 and torch_flags.has_fp16_accumulation_flag():
                 fp16_acc = self.variant == "fp16acc16"
-                self._restore.append(_set_fp16_accumulation(fp16_acc))
+                self._restore.append(torch_flags.set_fp16_accumulation(fp16_acc))
                 self._flags["allow_fp16_accumulation"] = str(fp16_acc)
             if self.dtype == torch.float16:
                 value = torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from pygpuperf import torch_flags
 from pygpuperf.device import UsageError
 
 _TRUE = ("on", "true", "yes", "1")
@@ -178,45 +179,6 @@ def tf32_state() -> dict[str, bool]:
     return {"matmul": _matmul_tf32(), "conv": _cudnn_tf32()}
 
 
-def _has_fp16_accumulation_flag() -> bool:
-    try:
-        return hasattr(torch.backends.cuda.matmul, "allow_fp16_accumulation")
-    except RuntimeError:
-        return False
-
-
-def _swap_matmul_tf32(enabled: bool) -> Callable[[], None]:
-    matmul = torch.backends.cuda.matmul
-    try:
-        previous = matmul.allow_tf32
-    except RuntimeError:
-        # Stay on the API that was used: mixing the two makes torch refuse the next read.
-        previous_precision = matmul.fp32_precision
-        matmul.fp32_precision = "tf32" if enabled else "ieee"
-        return lambda: setattr(matmul, "fp32_precision", previous_precision)
-    matmul.allow_tf32 = enabled
-    return lambda: setattr(matmul, "allow_tf32", previous)
-
-
-def _swap_cudnn_tf32(enabled: bool) -> Callable[[], None]:
-    cudnn = torch.backends.cudnn
-    try:
-        previous = cudnn.allow_tf32
-    except RuntimeError:
-        conv = cudnn.conv
-        previous_precision = conv.fp32_precision
-        conv.fp32_precision = "tf32" if enabled else "ieee"
-        return lambda: setattr(conv, "fp32_precision", previous_precision)
-    cudnn.allow_tf32 = enabled
-    return lambda: setattr(cudnn, "allow_tf32", previous)
-
-
-def _swap_attribute(owner: Any, attribute: str, value: bool) -> Callable[[], None]:
-    previous = getattr(owner, attribute)
-    setattr(owner, attribute, value)
-    return lambda: setattr(owner, attribute, previous)
-
-
 def set_global_flags(
     tf32: bool | None = None, cudnn_benchmark: bool | None = None, fp16_accumulation: bool | None = None
 ) -> Callable[[], None]:
@@ -229,17 +191,17 @@ def set_global_flags(
 
     try:
         if cudnn_benchmark is not None:
-            restores.append(_swap_attribute(torch.backends.cudnn, "benchmark", cudnn_benchmark))
+            restores.append(torch_flags.set_attribute(torch.backends.cudnn, "benchmark", cudnn_benchmark))
         if tf32 is not None:
-            restores.append(_swap_matmul_tf32(tf32))
-            restores.append(_swap_cudnn_tf32(tf32))
+            restores.append(torch_flags.set_matmul_tf32(tf32))
+            restores.append(torch_flags.set_cudnn_tf32(tf32))
         if fp16_accumulation is not None:
-            if not _has_fp16_accumulation_flag():
+            if not torch_flags.has_fp16_accumulation_flag():
                 raise KnobError(
                     f"fp16_accumulation: torch {torch.__version__} has no "
                     "torch.backends.cuda.matmul.allow_fp16_accumulation; drop the knob or upgrade torch"
                 )
-            restores.append(_swap_attribute(torch.backends.cuda.matmul, "allow_fp16_accumulation", fp16_accumulation))
+            restores.append(torch_flags.set_attribute(torch.backends.cuda.matmul, "allow_fp16_accumulation", fp16_accumulation))
     except BaseException:
         restore()
         raise
@@ -257,7 +219,7 @@ def flag_params(knobs: Mapping[str, Any]) -> dict[str, str]:
     benchmark = _on_off(torch.backends.cudnn.benchmark)
     by_knob = knobs.get("cudnn_benchmark") is not None
     params["cudnn_benchmark"] = benchmark if by_knob else f"{benchmark} (torch setting)"
-    if _has_fp16_accumulation_flag():
+    if torch_flags.has_fp16_accumulation_flag():
         accumulation = _on_off(torch.backends.cuda.matmul.allow_fp16_accumulation)
         set_by_knob = knobs.get("fp16_accumulation") is not None
         params["fp16_accumulation"] = accumulation if set_by_knob else f"{accumulation} (torch setting)"
