@@ -4,3 +4,7 @@ model: the records (kernels, timeline, waterfall); trace: capture a profiled ste
 kernel classes and precisions; costs: FLOPs and bytes per op; timeline: busy vs idle;
 attribution: roofline bounds, the waterfall, the self-check and A/B comparison.
 """
+
+from pygpuperf.explain.explainer import Explanation, explain, explain_captured  # noqa: E402
+
+__all__ = ["Explanation", "explain", "explain_captured"]
