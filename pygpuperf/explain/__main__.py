@@ -4,11 +4,18 @@ TARGET is a registered workload name (e.g. resnet50-train-amp) or user code,
 ``path/to/file.py:make_step`` where make_step(device=..., batch_size=...) returns a
 callable doing one step. The roofline comes from --machine-model (a results.json of
 `python -m pygpuperf.roofline` on the same device), else a quick probe run now.
+
+--compare-config A B ... explains one run per knob set (e.g. memory_format=nchw
+memory_format=channels_last) and says where the step-time difference goes;
+--batch-sweep 32,64,128 times steps over batch sizes, fits t = t_fixed + bs x t_sample
+and finds the largest batch that fits in memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -17,7 +24,8 @@ import torch
 from pygpuperf import analysis, cli, io, meta, suite
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError, device_slug, resolve_device
-from pygpuperf.explain import explainer
+from pygpuperf.explain import batch, compare, explainer, findings
+from pygpuperf.report.explain_html import write_explain_report
 from pygpuperf.results import MachineModel, Results
 
 
@@ -34,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine-model", type=Path, help="results.json whose machine model is the roofline")
     p.add_argument("--steps", type=int, default=3, help="profiled steps (default 3)")
     p.add_argument("--out", type=Path, help="output folder (default ./pygpuperf-results/explain-<device>-<time>)")
+    _add_comparison_flags(p)
     return p
 
 
@@ -86,6 +95,8 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError(f"--steps {args.steps}: needs at least 1")
     device = resolve_device(args.device)
     _check_target(args.target)
+    if args.compare_config or args.batch_sweep:
+        return _run_comparison_flags(args, device)
     out = cli.output_dir(args.out, f"explain-{device_slug(device)}")
     model = _machine_model(args, device)
     built = _build(args.target, device, args.batch_size)
@@ -93,8 +104,161 @@ def run(argv: list[str] | None = None) -> int:
         explanation = explainer.explain(built.step, model, device, steps=args.steps,
                                         module=(built.modules[0] if getattr(built, "modules", None) else None))
     paths = explainer.write_outputs(explanation, out)
+    # Beside explain.json: waterfall.png/.svg, kernel_roofline.png/.svg and explain.html.
+    paths += write_explain_report(explanation, out, model)
     print("\n".join(explainer.summary_lines(explanation)))
+    paths.append(_report_findings(explanation, dict(built.params), model, out))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- findings, --compare-config, --batch-sweep
+
+
+def _add_comparison_flags(p: argparse.ArgumentParser) -> None:
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--compare-config", nargs="+", metavar="KNOB=VALUE[,KNOB=VALUE]",
+                      help="explain one run per knob set and compare them, e.g. memory_format=nchw "
+                      "memory_format=channels_last, or batch_size=64 batch_size=256")
+    what.add_argument("--batch-sweep", metavar="BS,BS,...",
+                      help="time steps at these batch sizes (e.g. 32,64,128,256), fit t = t_fixed + bs x t_sample "
+                      "and find the largest batch that fits in memory")
+
+
+def _report_findings(explanation: explainer.Explanation, settings: dict[str, str], model: MachineModel,
+                     out: Path) -> Path:
+    """Print the findings of an explained step and write them to findings.json."""
+    found = findings.explain_findings(explanation, settings, model)
+    if found:
+        print("\n".join(findings.finding_lines(found)))
+    path = out / "findings.json"
+    path.write_text(json.dumps([dataclasses.asdict(f) for f in found], indent=1, default=str), encoding="utf-8")
+    return path
+
+
+def parse_knob_set(text: str) -> dict[str, str]:
+    """"memory_format=nchw,batch_size=64" -> {"memory_format": "nchw", "batch_size": "64"}."""
+    knobs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip() or not value.strip():
+            raise UsageError(f"--compare-config {text!r}: write each knob as NAME=VALUE, several joined by commas")
+        knobs[name.strip()] = value.strip()
+    if not knobs:
+        raise UsageError(f"--compare-config {text!r}: no knob given; write NAME=VALUE")
+    return knobs
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """"32,64,128" -> [32, 64, 128]."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--batch-sweep {text!r}: give batch sizes as integers joined by commas, e.g. 32,64,128") \
+            from None
+    if not sizes or min(sizes) < 1:
+        raise UsageError(f"--batch-sweep {text!r}: give positive batch sizes, e.g. 32,64,128")
+    return sorted(set(sizes))
+
+
+def _build_with(target: str, device: torch.device, batch_size: int | None, knobs: dict[str, str]):
+    from pygpuperf.workloads import get_workload
+    from pygpuperf.workloads.user import load_user_step
+
+    if _is_user_code(target):
+        return load_user_step(target, device, batch_size, **knobs)
+    return get_workload(target).build(device, batch_size, **knobs)
+
+
+def _check_knobs(target: str, knob_sets: list[dict[str, str]]) -> None:
+    """Before any measuring: every knob set parses for a registered workload (user code takes any keywords)."""
+    from pygpuperf.workloads import get_workload
+    from pygpuperf.workloads.knobs import parse_knobs
+
+    if _is_user_code(target):
+        return
+    workload = get_workload(target)
+    specs = workload.knob_specs()
+    for knobs in knob_sets:
+        parse_knobs(workload.name, specs, knobs)
+
+
+def _labels(knob_sets: list[dict[str, str]]) -> list[str]:
+    """Each knob set as "name=value,...", leaving out knobs every set gives the same value."""
+    shared = {k: v for k, v in knob_sets[0].items() if all(s.get(k) == v for s in knob_sets)}
+    labels = [",".join(f"{k}={v}" for k, v in knobs.items() if k not in shared) for knobs in knob_sets]
+    if not all(labels):
+        labels = [",".join(f"{k}={v}" for k, v in knobs.items()) for knobs in knob_sets]
+    return labels
+
+
+def _config_batch(value: str | None, default: int | None) -> int | None:
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise UsageError(f"--compare-config batch_size={value}: give a positive integer")
+    return number
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "config"
+
+
+def _run_comparison_flags(args: argparse.Namespace, device: torch.device) -> int:
+    if args.batch_sweep:
+        return _run_batch_sweep(args, device)
+    return _run_compare(args, device)
+
+
+def _run_compare(args: argparse.Namespace, device: torch.device) -> int:
+    knob_sets = [parse_knob_set(text) for text in args.compare_config]
+    if len(knob_sets) < 2:
+        raise UsageError("--compare-config needs two or more knob sets, e.g. memory_format=nchw "
+                         "memory_format=channels_last")
+    labels = _labels(knob_sets)
+    if len(set(labels)) != len(labels):
+        raise UsageError(f"--compare-config: the knob sets repeat ({' '.join(labels)}); give different ones")
+    _check_knobs(args.target, knob_sets)
+    out = cli.output_dir(args.out, f"explain-compare-{device_slug(device)}")
+    model = _machine_model(args, device)
+    configs: list[compare.Config] = []
+    paths: list[Path] = []
+    for label, knobs in zip(labels, knob_sets):
+        knobs = dict(knobs)
+        built = _build_with(args.target, device, _config_batch(knobs.pop("batch_size", None), args.batch_size), knobs)
+        with built:
+            explanation = explainer.explain(built.step, model, device, steps=args.steps,
+                                            module=(built.modules[0] if getattr(built, "modules", None) else None))
+        print(f"== {label}")
+        print("\n".join(explainer.summary_lines(explanation)))
+        folder = out / _slug(label)
+        paths += explainer.write_outputs(explanation, folder)
+        paths += write_explain_report(explanation, folder, model)
+        paths.append(_report_findings(explanation, dict(built.params), model, folder))
+        configs.append(compare.Config(label, explanation, built.samples_per_step, dict(built.params)))
+    comparison = compare.compare(configs)
+    print("== comparison")
+    print("\n".join(comparison.summary_lines()))
+    path = out / "compare.json"
+    path.write_text(json.dumps(comparison.to_dict(), indent=1, default=str), encoding="utf-8")
+    print("wrote " + ", ".join(str(p) for p in [*paths, path]), file=sys.stderr)
+    return 0
+
+
+def _run_batch_sweep(args: argparse.Namespace, device: torch.device) -> int:
+    sizes = parse_batch_sizes(args.batch_sweep)
+    if args.batch_size is not None:
+        raise UsageError("--batch-size and --batch-sweep both set the batch; give one")
+    out = cli.output_dir(args.out, f"explain-batch-{device_slug(device)}")
+    sweep = batch.batch_sweep(lambda size: _build(args.target, device, size), sizes, device)
+    print("\n".join(sweep.summary_lines()))
+    path = out / "batch_sweep.json"
+    path.write_text(json.dumps(sweep.to_dict(), indent=1, default=str), encoding="utf-8")
+    print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

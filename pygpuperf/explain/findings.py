@@ -1,0 +1,321 @@
+"""What an explained step says to do: findings read off its kernels, timeline and waterfall.
+
+Every share is of the median step's wall time unless it says "of kernel time" (the
+kernels' exclusive time, :func:`~pygpuperf.explain.attribution.exclusive_times`, which adds
+up to the busy time). `settings` are the built workload's params (``BuiltWorkload.params``:
+"cudnn_benchmark", "tf32", "memory_format", "batch_size", "cuda_graphs", "compile"), as
+strings the way the workloads record them ("off (torch setting)") or as booleans; a finding
+that needs a setting nobody gave is left out rather than guessed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Callable, Mapping, Sequence
+
+from pygpuperf.analysis import HALF_RATE_RATIO
+from pygpuperf.explain.attribution import category_times, exclusive_times
+from pygpuperf.explain.explainer import ExplainedStep, Explanation
+from pygpuperf.explain.model import CUDA_MATH, LAYOUT, MEMORY_BOUND, TENSOR_GEMM, KernelRecord, Timeline
+from pygpuperf.results import Finding, MachineModel
+
+# Layout transforms above this share of the step are worth removing.
+LAYOUT_SHARE = 0.03
+# Host-bound idle plus launch gaps above this share of the step: the host, not the GPU, sets the pace.
+IDLE_SHARE = 0.10
+# Synchronization idle above this share: the step waits on the device on purpose (.item(), .cpu()).
+SYNC_SHARE = 0.05
+# CUDA-core fp32 GEMM/conv time above this share of the step: TF32 would move it to the tensor cores.
+FP32_MATH_SHARE = 0.05
+# FP32-accumulate tensor math above this share of the step matters on a half-rate card.
+ACC32_SHARE = 0.10
+# Memory-bound kernels above this share of kernel time set the step's speed.
+MEMORY_BOUND_SHARE = 0.50
+# Below this coverage too much of the step is held against no ceiling or idle cause.
+COVERAGE_GOAL = 0.90
+# Convolution kernels below this share of the step make cudnn.benchmark not worth a word.
+CONV_SHARE = 0.05
+# How many ops a finding names.
+TOP_OPS = 5
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+_OFF = ("off", "false", "0", "no")
+_ON = ("on", "true", "1", "yes")
+
+
+def _setting(settings: Mapping[str, Any] | None, key: str) -> bool | None:
+    """A switch from the params: True/False, or None when absent or not an on/off value."""
+    if not settings or key not in settings or settings[key] is None:
+        return None
+    value = settings[key]
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower().split(" ", 1)[0].rstrip(",")
+    return True if word in _ON else False if word in _OFF else None
+
+
+def _tf32(settings: Mapping[str, Any] | None) -> bool | None:
+    """TF32 on for both matmuls and convolutions: "on", or "matmul on, conv on (torch setting)"."""
+    value = (settings or {}).get("tf32")
+    if isinstance(value, str) and "matmul" in value.lower():
+        words = value.lower()
+        return "matmul on" in words and "conv on" in words
+    return _setting(settings, "tf32")
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.2f}" if us < 1e4 else f"{us / 1e3:.1f}"
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+def _top_ops(records: Sequence[KernelRecord], shares: Sequence[float],
+             keep: Callable[[KernelRecord], bool]) -> dict[str, float]:
+    """Exclusive time (us) by launching op of the records `keep` accepts, largest first."""
+    by_op: dict[str, float] = defaultdict(float)
+    for record, share in zip(records, shares):
+        if keep(record):
+            by_op[record.op or record.name[:60]] += share
+    return dict(sorted(by_op.items(), key=lambda kv: -kv[1])[:TOP_OPS])
+
+
+def _batch_words(settings: Mapping[str, Any] | None) -> str:
+    batch = (settings or {}).get("batch_size")
+    return f"at batch {batch}" if batch not in (None, "") else "at this batch size"
+
+
+def _ceiling(model: MachineModel | None, table: str, key: str) -> float | None:
+    if model is None:
+        return None
+    ceiling = getattr(model, table).get(key)
+    return ceiling.value if ceiling is not None and ceiling.value > 0 else None
+
+
+# --------------------------------------------------------------------------- the findings
+
+
+def _layout(records: Sequence[KernelRecord], shares: Sequence[float], times: Mapping[str, float], wall: float,
+            settings: Mapping[str, Any] | None) -> Finding | None:
+    layout_us = times[LAYOUT]
+    if wall <= 0 or layout_us / wall <= LAYOUT_SHARE:
+        return None
+    ops = _top_ops(records, shares, lambda r: r.kernel_class == LAYOUT)
+    fmt = str((settings or {}).get("memory_format", "")).lower()
+    if fmt == "channels_last":
+        suggestion = ("The model already runs channels_last, so these transposes come from ops without an NHWC "
+                      f"kernel ({', '.join(ops)}): replace those ops, or keep their inputs in the layout they need.")
+    else:
+        suggestion = ("Put the model and its inputs in channels_last (model.to(memory_format=torch.channels_last), "
+                      "images.contiguous(memory_format=torch.channels_last); knob memory_format=channels_last): "
+                      "cuDNN's tensor-core convolutions work in NHWC, so NCHW tensors are transposed before and "
+                      "after every convolution.")
+    return Finding(
+        "warning", f"Layout transforms (NCHW<->NHWC transposes and copies) take {_pct(layout_us / wall)} of the step "
+        f"({_ms(layout_us)} of {_ms(wall)} ms), work that changes no value.",
+        {"layout_us": layout_us, "step_us": wall, "share": round(layout_us / wall, 4), "by_op_us": ops,
+         "memory_format": fmt or None},
+        suggestion)
+
+
+def _idle(timeline: Timeline, wall: float, settings: Mapping[str, Any] | None) -> Finding | None:
+    host = timeline.idle.host_bound_us + timeline.idle.launch_gap_us
+    if wall <= 0 or host / wall <= IDLE_SHARE:
+        return None
+    remedies = []
+    if _setting(settings, "cuda_graphs") is not True:
+        remedies.append("capture the step in a CUDA graph (knob cuda_graphs=on, or torch.cuda.graphs)")
+    if str((settings or {}).get("compile", "off")).lower() in ("off", "", "none", "false"):
+        remedies.append("torch.compile the model (fewer, fused kernels; mode='reduce-overhead' adds CUDA graphs)")
+    remedies.append("raise the batch size so each launch carries more work")
+    return Finding(
+        "warning", f"The GPU idles waiting on the host for {_pct(host / wall)} of the step {_batch_words(settings)} "
+        f"({_ms(timeline.idle.host_bound_us)} ms host-bound, {_ms(timeline.idle.launch_gap_us)} ms launch gaps, "
+        f"of {_ms(wall)} ms).",
+        {"host_bound_us": timeline.idle.host_bound_us, "launch_gap_us": timeline.idle.launch_gap_us,
+         "step_us": wall, "share": round(host / wall, 4), "batch_size": (settings or {}).get("batch_size")},
+        "The host cannot launch kernels as fast as the GPU runs them: " + "; ".join(remedies) + ". The profiler "
+        "adds host time per op, so an unprofiled step loses somewhat less.")
+
+
+def _sync(timeline: Timeline, wall: float) -> Finding | None:
+    sync = timeline.idle.sync_us
+    if wall <= 0 or sync / wall <= SYNC_SHARE:
+        return None
+    return Finding(
+        "warning", f"The host waits on the device for {_pct(sync / wall)} of the step ({_ms(sync)} of {_ms(wall)} ms), "
+        "and the GPU idles until it launches again.",
+        {"sync_us": sync, "step_us": wall, "share": round(sync / wall, 4)},
+        "Remove synchronizing calls from the step (.item(), .cpu(), printing a tensor, torch.cuda.synchronize, "
+        "non-pinned copies to the host), or move them to every Nth step.")
+
+
+def _convolution_us(records: Sequence[KernelRecord], shares: Sequence[float]) -> float:
+    return sum(s for r, s in zip(records, shares)
+               if r.kernel_class in (TENSOR_GEMM, CUDA_MATH) and "conv" in r.op.lower())
+
+
+def _cudnn_benchmark(records: Sequence[KernelRecord], shares: Sequence[float], wall: float,
+                     settings: Mapping[str, Any] | None) -> Finding | None:
+    if _setting(settings, "cudnn_benchmark") is not False:
+        return None
+    conv_us = _convolution_us(records, shares)
+    if wall <= 0 or conv_us / wall <= CONV_SHARE:
+        return None
+    return Finding(
+        "info", f"cudnn.benchmark is off, so cuDNN picked the algorithms of {_ms(conv_us)} ms of convolution kernels "
+        f"({_pct(conv_us / wall)} of the step) by heuristic instead of timing them.",
+        {"cudnn_benchmark": (settings or {}).get("cudnn_benchmark"), "convolution_us": conv_us, "step_us": wall},
+        "Set torch.backends.cudnn.benchmark = True (knob cudnn_benchmark=on) when input shapes stay the same from "
+        "step to step: cuDNN then times its algorithms once per shape and keeps the fastest. "
+        "--compare-config cudnn_benchmark=off cudnn_benchmark=on measures what it is worth here.")
+
+
+def _fp32_math(records: Sequence[KernelRecord], shares: Sequence[float], wall: float,
+               settings: Mapping[str, Any] | None, model: MachineModel | None) -> Finding | None:
+    fp32 = lambda r: r.kernel_class == CUDA_MATH and r.precision.split(".", 1)[0] == "fp32"  # noqa: E731
+    us = sum(s for r, s in zip(records, shares) if fp32(r))
+    if wall <= 0 or us / wall <= FP32_MATH_SHARE:
+        return None
+    ops = _top_ops(records, shares, fp32)
+    tf32, cuda = _ceiling(model, "compute", "tensor.tf32.acc32"), _ceiling(model, "compute", "cuda.fp32")
+    rates = (f" (TF32 tensor cores {tf32:,.0f} vs CUDA-core FP32 {cuda:,.0f} TFLOP/s on this card)"
+             if tf32 and cuda else "")
+    if _tf32(settings):
+        suggestion = ("TF32 is already allowed, so these ops have no tensor-core kernel at their shapes (depthwise "
+                      "convolutions, GEMV, tiny matmuls): run them under AMP (fp16/bf16) or change their shapes.")
+    else:
+        suggestion = ("Allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True and torch.backends.cudnn.allow_tf32 "
+                      f"= True; knob tf32=on) or train with AMP, which moves this math to the tensor cores{rates}.")
+    return Finding(
+        "warning", f"FP32 matrix math runs on the CUDA cores without TF32 for {_pct(us / wall)} of the step "
+        f"({_ms(us)} of {_ms(wall)} ms).",
+        {"fp32_cuda_math_us": us, "step_us": wall, "share": round(us / wall, 4), "by_op_us": ops,
+         "tf32_tflops": tf32, "cuda_fp32_tflops": cuda, "tf32_setting": (settings or {}).get("tf32")},
+        suggestion)
+
+
+def _acc32_half_rate(records: Sequence[KernelRecord], shares: Sequence[float], wall: float,
+                     model: MachineModel | None) -> Finding | None:
+    acc32, acc16 = _ceiling(model, "compute", "tensor.fp16.acc32"), _ceiling(model, "compute", "tensor.fp16.acc16")
+    if not (acc32 and acc16) or acc32 > HALF_RATE_RATIO * acc16:
+        return None
+    keep = lambda r: r.kernel_class == TENSOR_GEMM and r.precision.endswith(".acc32")  # noqa: E731
+    us = sum(s for r, s in zip(records, shares) if keep(r))
+    if wall <= 0 or us / wall <= ACC32_SHARE:
+        return None
+    ratio = acc32 / acc16
+    return Finding(
+        "info", f"Tensor-core math accumulating in FP32 takes {_pct(us / wall)} of the step ({_ms(us)} ms) on a card "
+        f"that runs FP32 accumulation at {100 * ratio:.0f}% of the FP16-accumulate rate ({acc32:,.0f} vs "
+        f"{acc16:,.0f} TFLOP/s).",
+        {"acc32_us": us, "step_us": wall, "share": round(us / wall, 4), "tensor_fp16_acc32": acc32,
+         "tensor_fp16_acc16": acc16, "ratio": round(ratio, 3), "by_op_us": _top_ops(records, shares, keep)},
+        "fp16 matmuls may accumulate in fp16 (torch.backends.cuda.matmul.allow_fp16_accumulation = True; knob "
+        "fp16_accumulation=on) where the accuracy allows, which reaches cuBLAS matmuls only: convolutions and bf16 "
+        "always accumulate in FP32. Otherwise this is the card's design; compare cards at their FP32-accumulate rate.")
+
+
+def _memory_bound(records: Sequence[KernelRecord], shares: Sequence[float],
+                  model: MachineModel | None) -> Finding | None:
+    kernel_us = sum(shares)
+    mem_us = sum(s for r, s in zip(records, shares) if r.kernel_class == MEMORY_BOUND)
+    if kernel_us <= 0 or mem_us / kernel_us <= MEMORY_BOUND_SHARE:
+        return None
+    # How close they run to their HBM bound: each kernel's bound (capped at its time), scaled to its exclusive share.
+    bound_us = sum(min(r.bound_us, r.duration_us) * s / r.duration_us for r, s in zip(records, shares)
+                   if r.kernel_class == MEMORY_BOUND and r.bound_us is not None and r.duration_us > 0)
+    efficiency = bound_us / mem_us if mem_us > 0 else 0.0
+    dram = model.dram_key() if model is not None else None
+    bandwidth = _ceiling(model, "memory", dram) if dram else None
+    at = f" of the measured {bandwidth:,.0f} GB/s" if bandwidth else " of main-memory bandwidth"
+    if efficiency >= 0.6:
+        how = (f"They already move their bytes at {100 * efficiency:.0f}%{at} on average, so only moving fewer bytes "
+               "helps: fuse elementwise and normalization ops (torch.compile fuses BatchNorm, activations and "
+               "residual adds).")
+    else:
+        how = (f"They reach {100 * efficiency:.0f}%{at} on average (small or poorly vectorized kernels): fusing "
+               "them (torch.compile) saves both launches and bytes.")
+    return Finding(
+        "info", f"Memory-bound kernels take {_pct(mem_us / kernel_us)} of kernel time ({_ms(mem_us)} of "
+        f"{_ms(kernel_us)} ms), so HBM bandwidth rather than the tensor cores sets the speed of this step.",
+        {"memory_bound_us": mem_us, "kernel_us": kernel_us, "share": round(mem_us / kernel_us, 4),
+         "bound_us": bound_us, "bandwidth_efficiency": round(efficiency, 3), "memory_gbps": bandwidth,
+         "by_op_us": _top_ops(records, shares, lambda r: r.kernel_class == MEMORY_BOUND)},
+        how + " Faster tensor cores would not shorten this part; more memory bandwidth would.")
+
+
+def _self_check(step: ExplainedStep) -> Finding | None:
+    beat = step.self_check
+    if not beat:
+        return None
+    ops = Counter(r.op or r.name[:60] for r in beat)
+    worst = max(beat, key=lambda r: r.bound_us / r.duration_us if r.duration_us > 0 else float("inf"))
+    ratio = worst.bound_us / worst.duration_us if worst.duration_us > 0 else float("inf")
+    listed = ", ".join(f"{op} ({n})" for op, n in ops.most_common(TOP_OPS))
+    return Finding(
+        "error", f"{len(beat)} kernel(s) ran faster than their roofline bound (up to {ratio:.2f}x), so their FLOP or "
+        f"byte counts are wrong: {listed}.",
+        {"kernels": len(beat), "by_op": dict(ops), "worst_ratio": round(ratio, 3), "worst_kernel": worst.name,
+         "worst_ceiling": worst.ceiling},
+        "Check the FLOP and byte formulas of these ops in pygpuperf/explain/costs.py, and the ceiling they are "
+        "held to; a small tensor served from L2 also beats a bound set by HBM bandwidth. Until fixed, the "
+        "roofline ideal is overstated by these kernels.")
+
+
+def _coverage(explanation: Explanation) -> Finding | None:
+    w = explanation.median.waterfall
+    if w.coverage >= COVERAGE_GOAL:
+        return None
+    unknown = dict(sorted(explanation.unknown_ops.items(), key=lambda kv: -kv[1])[:TOP_OPS])
+    other = w.parts.get("other kernels", 0.0)
+    fix = (f"Add cost formulas for {', '.join(unknown)} (pygpuperf/explain/costs.py) and name the kernels no "
+           "rule classifies (pygpuperf/explain/classify.py)" if unknown else
+           "Name the kernels no rule classifies (pygpuperf/explain/classify.py)")
+    return Finding(
+        "warning", f"Only {_pct(w.coverage)} of the step is held against a ceiling or an idle cause "
+        f"(goal {100 * COVERAGE_GOAL:.0f}%): {_ms(other)} ms in kernels with no bound and {_ms(w.unexplained_us)} ms "
+        "unexplained.",
+        {"coverage": round(w.coverage, 4), "other_kernels_us": other, "unexplained_us": w.unexplained_us,
+         "unknown_ops_us": unknown},
+        fix + "; until then the waterfall's other parts understate what the step could save.")
+
+
+def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | None = None,
+                     model: MachineModel | None = None) -> list[Finding]:
+    """Findings about the median step of `explanation`: errors first, then warnings, then notes.
+
+    `settings` (the workload's params) enable the findings that depend on a switch
+    (cudnn.benchmark, TF32, memory format, batch size); `model` (the roofline the step
+    was explained against) the ones that depend on the card (FP32-accumulate rate).
+    """
+    step = explanation.median
+    records, timeline = step.kernels, step.timeline
+    shares = exclusive_times(records)
+    times = category_times(records, timeline)
+    wall = timeline.wall_us
+    # Without device kernels (a CPU run) the timeline's idle time is the host's own work, not waiting.
+    on_device = bool(records)
+    found = [
+        _self_check(step),
+        _coverage(explanation),
+        _layout(records, shares, times, wall, settings),
+        _idle(timeline, wall, settings) if on_device else None,
+        _sync(timeline, wall) if on_device else None,
+        _fp32_math(records, shares, wall, settings, model),
+        _acc32_half_rate(records, shares, wall, model),
+        _memory_bound(records, shares, model),
+        _cudnn_benchmark(records, shares, wall, settings),
+    ]
+    return sorted((f for f in found if f is not None), key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
+
+
+def finding_lines(findings: Sequence[Finding]) -> list[str]:
+    """Findings as terminal lines: severity and title, then the suggestion indented."""
+    lines = []
+    for f in findings:
+        lines.append(f"[{f.severity}] {f.title}")
+        if f.suggestion:
+            lines.append(f"    -> {f.suggestion}")
+    return lines
