@@ -410,6 +410,25 @@ class CategoryDelta:
     unmatched_us: float  # from kernels only one run has (work added or removed)
 
 
+def matched_deltas(records_a: Sequence[KernelRecord], records_b: Sequence[KernelRecord], per_a: float = 1.0,
+                   per_b: float = 1.0) -> tuple[dict[str, float], dict[str, float]]:
+    """Per category, B - A of the exclusive kernel time of matched kernels (the same work running
+    faster or slower) and of unmatched ones (work only one run did); times divided by per_a/per_b."""
+    share_a = {id(r): s / per_a for r, s in zip(records_a, exclusive_times(records_a))}
+    share_b = {id(r): s / per_b for r, s in zip(records_b, exclusive_times(records_b))}
+    match = match_kernels(records_a, records_b)
+    matched: dict[str, float] = defaultdict(float)
+    unmatched: dict[str, float] = defaultdict(float)
+    for ra, rb in match.pairs:
+        matched[_category(ra)] -= share_a[id(ra)]
+        matched[_category(rb)] += share_b[id(rb)]
+    for r in match.only_a:
+        unmatched[_category(r)] -= share_a[id(r)]
+    for r in match.only_b:
+        unmatched[_category(r)] += share_b[id(r)]
+    return matched, unmatched
+
+
 def compare_categories(a: tuple[Sequence[KernelRecord], Timeline],
                        b: tuple[Sequence[KernelRecord], Timeline]) -> list[CategoryDelta]:
     """The difference in step time between two runs, (records, timeline) each, by category.
@@ -420,17 +439,6 @@ def compare_categories(a: tuple[Sequence[KernelRecord], Timeline],
     """
     (records_a, timeline_a), (records_b, timeline_b) = a, b
     times_a, times_b = category_times(records_a, timeline_a), category_times(records_b, timeline_b)
-    share_a = {id(r): s for r, s in zip(records_a, exclusive_times(records_a))}
-    share_b = {id(r): s for r, s in zip(records_b, exclusive_times(records_b))}
-    match = match_kernels(records_a, records_b)
-    matched = defaultdict(float)
-    unmatched = defaultdict(float)
-    for ra, rb in match.pairs:
-        matched[_category(ra)] -= share_a[id(ra)]
-        matched[_category(rb)] += share_b[id(rb)]
-    for r in match.only_a:
-        unmatched[_category(r)] -= share_a[id(r)]
-    for r in match.only_b:
-        unmatched[_category(r)] += share_b[id(r)]
+    matched, unmatched = matched_deltas(records_a, records_b)
     return [CategoryDelta(c, times_a[c], times_b[c], times_b[c] - times_a[c], matched[c], unmatched[c])
             for c in times_a]

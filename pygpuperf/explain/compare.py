@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from pygpuperf.explain import attribution
 from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, category_times,
-                                           exclusive_times, match_kernels)
+                                           matched_deltas)
 from pygpuperf.explain.explainer import ExplainedStep, Explanation
 from pygpuperf.explain.model import (COMMUNICATION, CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
                                      TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall)
@@ -266,26 +266,13 @@ def compare_pair(base: tuple[Sequence[KernelRecord], Timeline], other: tuple[Seq
     matched: dict[str, float] = defaultdict(float)
     unmatched: dict[str, float] = defaultdict(float)
     if comparable:
-        share_a = {id(r): s / base_per for r, s in zip(records_a, exclusive_times(records_a))}
-        share_b = {id(r): s / other_per for r, s in zip(records_b, exclusive_times(records_b))}
-        match = match_kernels(records_a, records_b)
-        for ra, rb in match.pairs:
-            matched[_category(ra)] -= share_a[id(ra)]
-            matched[_category(rb)] += share_b[id(rb)]
-        for r in match.only_a:
-            unmatched[_category(r)] -= share_a[id(r)]
-        for r in match.only_b:
-            unmatched[_category(r)] += share_b[id(r)]
+        matched, unmatched = matched_deltas(records_a, records_b, base_per, other_per)
     kernel_classes = set(KERNEL_CLASSES)
     changes = [CategoryChange(c, times_a[c], times_b[c], times_b[c] - times_a[c],
                               matched[c] if comparable and c in kernel_classes else None,
                               unmatched[c] if comparable and c in kernel_classes else None) for c in CATEGORIES]
     return PairComparison(base_label, other_label, unit, timeline_a.wall_us / base_per, timeline_b.wall_us / other_per,
                           changes)
-
-
-def _category(record: KernelRecord) -> str:
-    return record.kernel_class if record.kernel_class in KERNEL_CLASSES else OTHER
 
 
 def compare(configs: Sequence[Config], baseline: str | None = None) -> Comparison:
