@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
