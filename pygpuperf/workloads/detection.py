@@ -67,12 +67,9 @@ class RetinaNetTraining(ModelWorkload):
 
     def __init__(self, name: str, description: str, image_size: int, default_batch: dict[str, int],
                  defaults: dict[str, Any] | None = None) -> None:
-        self.name = name
-        self.description = description
-        self.default_batch = default_batch
-        self.defaults = dict(defaults or {})
-        self.extra_knobs = (image_size_knob(image_size, 64, "at least 64, so batch norm trains on a batch of 1"),
-                            OBJECTIVE)
+        super().__init__(name, description, default_batch, defaults,
+                         (image_size_knob(image_size, 64, "at least 64, so batch norm trains on a batch of 1"),
+                          OBJECTIVE))
 
     def graph_blocker(self, knobs: dict[str, Any]) -> str | None:
         if knobs["objective"] == "detection-loss":

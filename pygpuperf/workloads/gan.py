@@ -82,10 +82,7 @@ class DCGANTraining(ModelWorkload):
 
     def __init__(self, name: str, description: str, default_batch: dict[str, int],
                  defaults: dict[str, Any] | None = None) -> None:
-        self.name = name
-        self.description = description
-        self.default_batch = default_batch
-        self.defaults = dict(defaults or {})
+        super().__init__(name, description, default_batch, defaults)
 
     def recipe(self, device: torch.device, batch: int, settings: Settings) -> StepRecipe:
         memory_format = settings.memory_format

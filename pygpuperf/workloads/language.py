@@ -113,12 +113,8 @@ class GPTTraining(ModelWorkload):
 
     def __init__(self, name: str, description: str, config: GPTConfig, default_batch: dict[str, int],
                  defaults: dict[str, Any] | None = None) -> None:
-        self.name = name
-        self.description = description
+        super().__init__(name, description, default_batch, defaults, _config_knobs(config))
         self.config = config
-        self.default_batch = default_batch
-        self.defaults = dict(defaults or {})
-        self.extra_knobs = _config_knobs(config)
 
     def config_for(self, knobs: dict[str, Any]) -> GPTConfig:
         """The model config the knobs ask for (this workload's config where they are unset)."""

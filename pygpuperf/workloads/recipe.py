@@ -228,6 +228,14 @@ class ModelWorkload(Workload):
     convolutional: bool = True
     extra_knobs: tuple[KnobSpec, ...] = ()
 
+    def __init__(self, name: str, description: str, default_batch: dict[str, int],
+                 defaults: dict[str, Any] | None = None, extra_knobs: tuple[KnobSpec, ...] = ()) -> None:
+        self.name = name
+        self.description = description
+        self.default_batch = default_batch  # by device type; "other" for the rest
+        self.defaults = dict(defaults or {})
+        self.extra_knobs = extra_knobs
+
     def knob_specs(self) -> tuple[KnobSpec, ...]:
         layout = (MEMORY_FORMAT,) if self.convolutional else ()
         return (*COMMON_KNOBS[:2], *layout, *COMMON_KNOBS[2:], *self.extra_knobs)

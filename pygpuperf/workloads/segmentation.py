@@ -54,12 +54,9 @@ class UNetTraining(ModelWorkload):
 
     def __init__(self, name: str, description: str, image_size: int, default_batch: dict[str, int],
                  defaults: dict[str, Any] | None = None) -> None:
-        self.name = name
-        self.description = description
-        self.default_batch = default_batch
-        self.defaults = dict(defaults or {})
-        self.extra_knobs = (image_size_knob(image_size, 2**_LEVELS, "a multiple of 16: four 2x2 poolings",
-                                            multiple_of=2**_LEVELS),)
+        super().__init__(name, description, default_batch, defaults,
+                         (image_size_knob(image_size, 2**_LEVELS, "a multiple of 16: four 2x2 poolings",
+                                          multiple_of=2**_LEVELS),))
 
     def recipe(self, device: torch.device, batch: int, settings: Settings) -> StepRecipe:
         size = settings.knobs["image_size"]

@@ -50,15 +50,11 @@ class ImageClassifier(ModelWorkload):
         training: bool = True,
         defaults: dict[str, Any] | None = None,
     ) -> None:
-        self.name = name
-        self.description = description
+        # ResNets downsample by 32; below that the last stage has nothing left to pool.
+        super().__init__(name, description, default_batch, defaults, (image_size_knob(image_size, 32, "at least 32"),))
         self.architecture = architecture
         self.image_size = image_size
-        self.default_batch = default_batch  # by device type; "other" for the rest
         self.training = training
-        self.defaults = dict(defaults or {})
-        # ResNets downsample by 32; below that the last stage has nothing left to pool.
-        self.extra_knobs = (image_size_knob(image_size, 32, "at least 32"),)
 
     def recipe(self, device: torch.device, batch: int, settings: Settings) -> StepRecipe:
         models = torchvision_models()
