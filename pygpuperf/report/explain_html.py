@@ -8,9 +8,8 @@ profile escaped (kernel and op names come from someone else's code).
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from pygpuperf.explain import attribution
 from pygpuperf.explain.explainer import Explanation
@@ -32,8 +31,7 @@ COUNTING = ("FLOPs count an FMA as 2. Bytes are a minimum-traffic estimate (each
             "durations in the median profiled step.")
 
 
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+_e = report_html.escape
 
 
 def _ms(us: float | None) -> str:
@@ -226,14 +224,10 @@ def explain_html(explanation: Explanation, results: Results | MachineModel | Non
     w = explanation.median.waterfall
     sub = (f"step {_ms(w.measured_us)} ms, roofline ideal {_ms(w.ideal_us)} ms, coverage "
            f"{100 * w.coverage:.1f}%")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{report_html._CSP}\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>pygpuperf explain: {_e(device)}</title><style>{report_html._CSS}{_EXTRA_CSS}</style></head>\n"
-            f"<body>\n<header><h1>{_e(device)}: where the step's time goes</h1><p class=\"sub\">{_e(sub)}</p>"
-            "</header>\n"
+    body = (f"<header><h1>{_e(device)}: where the step's time goes</h1><p class=\"sub\">{_e(sub)}</p></header>\n"
             + explain_section_html(explanation, results, top)
-            + "\n<footer>Every figure on this page is derived from the step's explain.json.</footer>\n</body></html>\n")
+            + "\n<footer>Every figure on this page is derived from the step's explain.json.</footer>")
+    return report_html.page(f"pygpuperf explain: {device}", body, _EXTRA_CSS)
 
 
 def write_explain_html(explanation: Explanation, results: Results | MachineModel | None, path: Path) -> Path:

@@ -70,8 +70,21 @@ footer { margin-top: 40px; color: #666; font-size: 12px; border-top: 1px solid #
 """
 
 
-def _e(value: Any) -> str:
+def escape(value: Any) -> str:
+    """Any value as HTML text: result files may come from others."""
     return html.escape(str(value), quote=True)
+
+
+_e = escape
+
+
+def page(title: str, body: str, extra_css: str = "") -> str:
+    """A self-contained page: the shared stylesheet, and a policy that lets nothing load."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{_CSP}\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{escape(title)}</title><style>{_CSS}{extra_css}</style></head>\n<body>\n"
+            + body + "\n</body></html>\n")
 
 
 # --------------------------------------------------------------------------- sections
@@ -263,11 +276,7 @@ def html_report(results: Results, overlays: Sequence[ChartPoint] = ()) -> str:
         f"<footer>{_e(results.meta.get('counting', ''))}<br>Every figure on this page is derived from the run's "
         "results.json.</footer>",
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{_CSP}\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>pygpuperf: {_e(name)}</title><style>{_CSS}</style></head>\n<body>\n"
-            + "\n".join(part for part in body if part) + "\n</body></html>\n")
+    return page(f"pygpuperf: {name}", "\n".join(part for part in body if part))
 
 
 def write_html_report(results: Results, path: Path, overlays: Sequence[ChartPoint] = ()) -> Path:
