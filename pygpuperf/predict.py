@@ -47,11 +47,6 @@ DEFAULT_SAMPLES_PER_STEP = 256
 _WIDTH = {"fp8": 1, "int8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "tf32": 4, "fp64": 8}
 # What runs instead when the target has no support for a dtype, in order of preference.
 _SUBSTITUTES = {"bf16": ("fp16", "fp32"), "fp8": ("fp16", "fp32"), "int8": ("fp16", "fp32"), "fp16": ("fp32",)}
-# L2 size (MiB) of the datasheet cards, from the vendors' architecture whitepapers; the datasheet
-# table has no L2 entry, and a smaller L2 makes memory-bound kernels read more from DRAM.
-L2_MIB = {"v100-sxm2": 6, "a100-sxm4-80gb": 40, "a100-sxm4-40gb": 40, "a100-pcie-80gb": 40, "h100-sxm": 50,
-          "h100-pcie": 50, "h200-sxm": 60, "rtx2080ti": 5.5, "titan-rtx": 6, "rtx3080": 5, "rtx3090": 6,
-          "rtx4090": 72, "rtx-a6000": 6, "a40": 6, "l40s": 48, "mi250x": 8}
 DATASHEET_PREFIX = "datasheet:"
 
 
@@ -288,8 +283,6 @@ def load_card(spec: str) -> Card:
             model, facts = datasheets.machine_model(slug), datasheets.facts(slug)
         except datasheets.UnknownCardError as exc:
             raise UsageError(str(exc)) from None
-        if slug in L2_MIB:
-            facts["l2_mib"] = L2_MIB[slug]
         return Card(slug, model, facts)
     from pygpuperf import io
 
