@@ -81,12 +81,7 @@ def _check_target(target: str) -> None:
 
 
 def _build(target: str, device: torch.device, batch_size: int | None):
-    from pygpuperf.workloads import get_workload
-    from pygpuperf.workloads.user import load_user_step
-
-    if _is_user_code(target):
-        return load_user_step(target, device, batch_size)
-    return get_workload(target).build(device, batch_size)
+    return _build_with(target, device, batch_size, {})
 
 
 def run(argv: list[str] | None = None) -> int:
