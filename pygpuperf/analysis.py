@@ -234,6 +234,7 @@ def conclude(results: Results, device: str) -> None:
     results.measurements += hierarchy.derive_cache_measurements(results.measurements, meta)
     annotate_rates_per_clock(results.measurements, meta)
     results.machine_model = MachineModel.from_measurements(device, results.measurements)
+    results.machine_model.fill_capacity(meta)
     for w in results.workloads:
         place_workload(w, results.machine_model)
     results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)

@@ -59,7 +59,11 @@ def load_results(path: str | os.PathLike) -> Results:
     except (ValueError, RecursionError) as exc:
         raise ResultsFileError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
     validate_document(doc, str(path))
-    return Results.from_dict(doc)
+    results = Results.from_dict(doc)
+    model, device = results.machine_model, results.meta.get("device")
+    if model is not None and not model.capacity and isinstance(device, dict):
+        model.fill_capacity(device)  # files written before the model kept sizes
+    return results
 
 
 def to_json(results: Results) -> str:

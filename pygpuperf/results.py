@@ -80,6 +80,10 @@ class Stats:
             n=int(a.size),
         )
 
+    def scaled(self, factor: float) -> "Stats":
+        """The same samples in another unit (seconds -> microseconds: 1e6)."""
+        return Stats(self.median * factor, self.p5 * factor, self.p95 * factor, self.mean * factor, self.cv, self.n)
+
 
 @dataclass
 class Telemetry:
@@ -229,6 +233,18 @@ class MachineModel:
     link_fits: dict[str, LinkFit] = field(default_factory=dict)  # "h2d.pinned" -> latency + bandwidth fit
     # "tensor.fp16.acc32/hbm" -> FLOP per byte where that compute roof meets main memory's.
     ridge_points: dict[str, float] = field(default_factory=dict)
+    capacity: dict[str, Ceiling] = field(default_factory=dict)  # "l2", "memory" -> bytes
+
+    def fill_capacity(self, device_meta: dict[str, Any], source: str = "device properties") -> None:
+        """L2 and memory sizes in bytes from a run's meta.device (l2_cache_bytes, memory_bytes)."""
+        for key, meta_key in (("l2", "l2_cache_bytes"), ("memory", "memory_bytes")):
+            value = device_meta.get(meta_key)
+            if value:
+                self.capacity[key] = Ceiling(float(value), "B", source, "")
+
+    def capacity_bytes(self, key: str) -> float | None:
+        c = self.capacity.get(key)
+        return c.value if c is not None and c.value > 0 else None
 
     @staticmethod
     def from_measurements(device: str, measurements: Iterable[Measurement]) -> "MachineModel":
@@ -313,6 +329,8 @@ class WorkloadResult:
     attainable_tflops: float | None = None  # min(compute roof, intensity x memory roof)
     fraction_of_attainable: float | None = None
     notes: list[str] = field(default_factory=list)
+    peak_memory_bytes: float | None = None  # allocator peak during the timed steps (CUDA only)
+    resident_memory_bytes: float | None = None  # held between steps: weights, optimizer state, data
 
 
 def is_series_point(name: str) -> bool:
@@ -382,8 +400,8 @@ class Results:
         def model(d: dict[str, Any] | None) -> MachineModel | None:
             if d is None:
                 return None
-            tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency", "communication")
-                      if k in d}
+            tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency", "communication",
+                                                                          "capacity") if k in d}
             fits = {n: LinkFit(**f) for n, f in d.get("link_fits", {}).items()}  # absent from older documents
             return MachineModel(device=d["device"], origin=d["origin"], link_fits=fits,
                                 ridge_points=dict(d.get("ridge_points", {})), **tables)

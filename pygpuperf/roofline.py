@@ -140,6 +140,35 @@ def _measure(probes, device, settings, measurements, console: Console) -> None:
                   on_done=lambda m: progress.advance(task))
 
 
+def _explain_model(name: str, args: argparse.Namespace, device, results: Results, out: Path, console: Console,
+                   err: Console) -> tuple[list[Path], list[str]]:
+    """Profile the model's steps, attribute them to the measured roofline, and write explain/ beside results.json.
+
+    Throughput is the one the workload run just timed without the profiler; its findings join the run's.
+    Returns the files written and the report.html section.
+    """
+    from pygpuperf.explain import explainer, findings
+    from pygpuperf.report.explain_html import explain_section_html, write_explain_report
+    from pygpuperf.workloads import get_workload
+
+    timed = results.workloads[-1]
+    err.print(f"explaining {name}: profiling {1 if args.quick else 3} step(s) ...")
+    built = get_workload(name).build(device, int(timed.params.get("batch_size", 0)) or args.batch_size)
+    with built:
+        throughput = explainer.Throughput(timed.step_time.scaled(1e6),
+                                          built.samples_per_step, timed.peak_memory_bytes, timed.resident_memory_bytes)
+        explanation = explainer.explain_built(built, results.machine_model, device, steps=1 if args.quick else 3,
+                                              throughput=throughput)
+        settings = dict(built.params)
+    folder = out / "explain"
+    written = explainer.write_outputs(explanation, folder)
+    written += write_explain_report(explanation, folder, results)
+    found = findings.explain_findings(explanation, settings, results.machine_model)
+    results.findings += found
+    console.print("\n".join([f"explained step of {name}:", *explainer.summary_lines(explanation)]), highlight=False)
+    return written, [explain_section_html(explanation, results)]
+
+
 def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
@@ -181,16 +210,25 @@ def run(argv: list[str] | None = None) -> int:
         results.meta["interrupted"] = True
         err.print("[yellow]interrupted: writing what was measured[/yellow]")
     analysis.conclude(results, str(device))
+    written_explain: list[Path] = []
+    sections: list[str] = []
+    if model_name and results.workloads and not interrupted:
+        try:
+            written_explain, sections = _explain_model(model_name, args, device, results, out, out_console, err)
+        except KeyboardInterrupt:
+            interrupted = True
+            results.meta["interrupted"] = True
+            err.print("[yellow]interrupted while explaining the model: writing what was measured[/yellow]")
 
     paths = io.write_results(results, out)
     charts = roofline_charts(results, out)  # roofline.png and roofline.svg
     sweeps = sweep_chart(results, out / "sweep.png")
     sheet = datasheet_chart(results, out / "datasheet.png")
-    report = write_html_report(results, out / "report.html")
+    report = write_html_report(results, out / "report.html", sections=sections)
     print_summary(results, out_console)
     if args.json:
         sys.stdout.write(io.to_json(results) + "\n")
-    written = [paths["json"], paths["csv"], *charts] + [p for p in (sweeps, sheet, report) if p]
+    written = [paths["json"], paths["csv"], *charts] + [p for p in (sweeps, sheet, report) if p] + written_explain
     err.print("wrote " + ", ".join(str(p) for p in written))
     return 130 if interrupted else 0
 

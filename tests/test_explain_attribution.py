@@ -233,3 +233,18 @@ def test_op_call_ids_group_kernels_exactly():
     records = [kernel("gemm", 1, 0.0), kernel("gemm", 1, 10.0), kernel("gemm", 2, 20.0)]
     at.distribute_op_costs(records)
     assert [r.flops for r in records] == [pytest.approx(5e8), pytest.approx(5e8), pytest.approx(1e9)]
+
+
+def test_bytes_that_fit_in_l2_are_bound_at_l2_speed_and_the_rest_at_main_memory():
+    m = _model()
+    m.capacity["l2"] = Ceiling(2e6, "B", "test", "")
+    small = k("vectorized_elementwise_kernel", 0, 1, MEMORY_BOUND, nbytes=1e6)
+    assert at.kernel_bound(small, m) == (pytest.approx(1e6 / 5000e9 * 1e6), "memory:l2")  # 0.2 us at 5 TB/s
+    big = k("vectorized_elementwise_kernel", 0, 10, MEMORY_BOUND, nbytes=10e6)
+    bound, ceiling = at.kernel_bound(big, m)
+    assert ceiling == "memory:l2+hbm"
+    assert bound == pytest.approx(2e6 / 5000e9 * 1e6 + 8e6 / 1000e9 * 1e6)  # 0.4 + 8 us
+    assert at.kernel_bound(big, m, cache_aware=False) == (pytest.approx(10.0), "memory:hbm")
+    # Without a known L2 size the bound stays with main memory.
+    del m.capacity["l2"]
+    assert at.kernel_bound(small, m) == (pytest.approx(1.0), "memory:hbm")

@@ -264,12 +264,12 @@ def test_cli_compare_config_on_user_code(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "pygpuperf.explain", f"{user}:make_step", "--device", "cpu",
                            "--machine-model", str(_machine_model_file(tmp_path)), "--steps", "1", "--out", str(out),
-                           "--compare-config", "width=16,batch_size=4", "width=64,batch_size=4"],
+                           "--compare-config", "width=16,batch_size=64", "width=1024,batch_size=64"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((out / "compare.json").read_text())
-    assert sorted(doc["labels"]) == ["width=16", "width=64"]  # the shared batch_size is left out of the labels
-    assert (out / "width-16" / "explain.json").exists() and (out / "width-64" / "findings.json").exists()
+    assert sorted(doc["labels"]) == ["width=1024", "width=16"]  # the shared batch_size is left out of the labels
+    assert (out / "width-16" / "explain.json").exists() and (out / "width-1024" / "findings.json").exists()
     assert "== comparison" in proc.stdout and "per step than" in proc.stdout
 
 

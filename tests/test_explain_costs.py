@@ -305,3 +305,52 @@ def test_dtype_names():
 def test_collective_bus_bytes():
     c = costs.collective_cost("all_reduce", 1e6, 4)
     assert c.bytes == 1e6 * 2 * 3 / 4
+
+
+def test_a_strided_1x1_convolution_reads_only_the_input_its_windows_land_on():
+    x, w = [256, 256, 56, 56], [512, 256, 1, 1]
+    strided = op_cost("aten::cudnn_convolution", [x, w, [], [], [], [], [], [], []], [F16, F16] + ["ScalarList"] * 3
+                      + ["Scalar"] * 4, extra=["", "", "[0, 0]", "[2, 2]", "[1, 1]", "1", "False", "False", "True"])
+    out = 256 * 512 * 28 * 28
+    assert strided.bytes == (256 * 256 * 56 * 56 // 4 + 512 * 256 + out) * 2  # every other row and column
+    dense = op_cost("aten::cudnn_convolution", [x, [512, 256, 3, 3], [], [], [], [], [], [], []],
+                    [F16, F16] + ["ScalarList"] * 3 + ["Scalar"] * 4,
+                    extra=["", "", "[1, 1]", "[2, 2]", "[1, 1]", "1", "False", "False", "True"])
+    assert dense.bytes == (256 * 256 * 56 * 56 + 512 * 256 * 9 + out) * 2  # 3x3 windows at stride 2 touch it all
+
+
+def test_an_expanded_input_counts_its_distinct_elements_once():
+    # gather's index from index.unsqueeze(-1).expand(-1, 768): stride 0 along the expanded dim
+    c = op_cost("aten::gather", [[50257, 768], [], [16384, 768], [], [16384, 768]],
+                [F32, "Scalar", "long int", "Scalar", F32], extra=["", "0", "", "False", ""],
+                input_strides=[[768, 1], [], [1, 0], [], [768, 1]])
+    gathered = 16384 * 768 * 4
+    assert c.bytes == gathered + 16384 * 8 + gathered  # gathered elements read, distinct indices, output written
+
+
+def test_nll_loss_backward_writes_one_gradient_entry_per_target():
+    c = op_cost("aten::nll_loss_backward", [[], [16384, 50257], [16384], [], [], [], []],
+                [F32, F32, "long int", "", "Scalar", "Scalar", F32])
+    assert c.bytes < 16384 * 50257 * 4 / 100  # not the whole zero-filled gradient, which another op writes
+    assert c.bytes == 4 + 16384 * 8 + 4 + 16384 * 4
+
+
+def test_tensor_lists_take_their_element_size_from_the_kernel_name():
+    cat = "CatArrayBatchedCopy_vectorized<at::native::(anonymous namespace)::OpaqueType<2u>, unsigned int, 3, 128>"
+    assert costs.kernel_element_bytes(cat) == 2
+    assert costs.kernel_element_bytes("multi_tensor_apply_kernel<TensorListMetadata<3>, "
+                                      "BinaryOpListAlphaFunctor<float, 3, 2, 2>, std::plus<float>, float>") == 4
+    assert costs.kernel_element_bytes("vectorized_elementwise_kernel<4, CUDAFunctor_add<c10::BFloat16>>") == 2
+    assert costs.kernel_element_bytes("sm90_xmma_gemm_f16f16_f16f32") is None
+    shapes = [[[16, 1024, 768]] * 3, []]
+    assert op_cost("aten::cat", shapes, ["TensorList", "Scalar"], extra=["", "2"], list_item=2).bytes == \
+        2 * 3 * 16 * 1024 * 768 * 2
+    assert op_cost("aten::cat", shapes, ["TensorList", "Scalar"], extra=["", "2"]).bytes == 2 * 3 * 16 * 1024 * 768 * 4
+
+
+def test_cudnn_attention_counts_like_sdpa_and_honours_the_causal_flag():
+    q = [16, 12, 1024, 64]
+    full = 4 * 16 * 12 * 1024 * 1024 * 64  # QK^T and PV
+    causal = op_cost("aten::_cudnn_attention_forward", [q, q, q] + [[]] * 9, [F16] * 3 + [""] * 3 + ["Scalar"] * 6,
+                     extra=["", "", "", "", "", "", "1024", "1024", "True", "0.0", "True", "False"])
+    assert causal.flops == pytest.approx(full * (1024 + 1) / 2 / 1024)

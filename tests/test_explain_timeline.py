@@ -118,3 +118,19 @@ def test_recorded_step_split_by_hand():
     assert t.idle.launch_gap_us == pytest.approx(41)
     # The input copy's stream sync (1025-1050) and the .item() sync to the step end (1312-1420).
     assert t.idle.sync_us == pytest.approx(25 + 108)
+
+
+def test_profiler_overhead_comes_off_host_bound_idle_first():
+    from pygpuperf.explain.model import Idle, Timeline
+    from pygpuperf.explain.timeline import remove_profiler_overhead
+
+    line = Timeline(wall_us=100.0, busy_us=70.0, idle=Idle(host_bound_us=20.0, launch_gap_us=8.0, sync_us=2.0))
+    fixed = remove_profiler_overhead(line, 75.0)
+    assert fixed.wall_us == 75.0 and fixed.busy_us == 70.0
+    assert (fixed.idle.host_bound_us, fixed.idle.launch_gap_us, fixed.idle.sync_us) == (0.0, 3.0, 2.0)
+    assert fixed.profiler_overhead_us == 25.0
+    assert fixed.wall_us == fixed.busy_us + fixed.idle.total_us
+    # More overhead than idle time: all idle goes, the kernels stay.
+    assert remove_profiler_overhead(line, 50.0).wall_us == 70.0
+    # A profiled step no slower than the unprofiled one is left alone.
+    assert remove_profiler_overhead(line, 120.0) is line

@@ -21,12 +21,15 @@ from pathlib import Path
 
 import torch
 
-from pygpuperf import analysis, cli, io, meta, suite
-from pygpuperf.backends.base import RunSettings
+from pygpuperf import cli, io
 from pygpuperf.device import UsageError, device_slug, resolve_device
 from pygpuperf.explain import batch, compare, explainer, findings
 from pygpuperf.report.explain_html import write_explain_report
-from pygpuperf.results import MachineModel, Results
+from pygpuperf.results import MachineModel
+from pygpuperf.workloads.knobs import AMP, COMPILE, CUDA_GRAPHS, CUDNN_BENCHMARK, FP16_ACCUMULATION, MEMORY_FORMAT, TF32
+
+# Knobs with a flag of their own (batch size has --batch-size; --compare-config takes any).
+_KNOBS = (AMP, MEMORY_FORMAT, CUDNN_BENCHMARK, TF32, FP16_ACCUMULATION, COMPILE, CUDA_GRAPHS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,8 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine-model", type=Path, help="results.json whose machine model is the roofline")
     p.add_argument("--steps", type=int, default=3, help="profiled steps (default 3)")
     p.add_argument("--out", type=Path, help="output folder (default ./pygpuperf-results/explain-<device>-<time>)")
+    for spec in _KNOBS:
+        p.add_argument("--" + spec.name.replace("_", "-"), dest=spec.name, metavar="|".join(spec.choices) or
+                       ("on|off" if spec.kind == "bool" else "VALUE"), help=spec.help)
     _add_comparison_flags(p)
     return p
+
+
+def _given_knobs(args: argparse.Namespace) -> dict[str, str]:
+    """The knob flags given on the command line (the rest keep the workload's defaults)."""
+    return {spec.name: getattr(args, spec.name) for spec in _KNOBS if getattr(args, spec.name, None) is not None}
 
 
 def _machine_model(args: argparse.Namespace, device: torch.device) -> MachineModel:
@@ -56,12 +67,7 @@ def _machine_model(args: argparse.Namespace, device: torch.device) -> MachineMod
             raise UsageError(f"--machine-model {args.machine_model}: the file has no machine model; "
                              "use a results.json written by python -m pygpuperf.roofline")
         return model
-    results = Results(meta=meta.collect(device, ["pygpuperf.explain"]))
-    settings = RunSettings(warmup=1, samples=5, quick=True)
-    suite.run(suite.plan(device, "all", ["memory", "compute"], quick=True), device, settings, results.measurements)
-    analysis.conclude(results, str(device))
-    assert results.machine_model is not None
-    return results.machine_model
+    return explainer.quick_machine_model(device)
 
 
 def _is_user_code(target: str) -> bool:
@@ -80,10 +86,6 @@ def _check_target(target: str) -> None:
         raise UsageError(f"{target}: not a workload ({', '.join(sorted(WORKLOADS))}) nor path/to/file.py:make_step")
 
 
-def _build(target: str, device: torch.device, batch_size: int | None):
-    return _build_with(target, device, batch_size, {})
-
-
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.steps < 1:
@@ -93,11 +95,12 @@ def run(argv: list[str] | None = None) -> int:
     if args.compare_config or args.batch_sweep:
         return _run_comparison_flags(args, device)
     out = cli.output_dir(args.out, f"explain-{device_slug(device)}")
+    knobs = _given_knobs(args)
+    _check_knobs(args.target, [knobs])
     model = _machine_model(args, device)
-    built = _build(args.target, device, args.batch_size)
+    built = _build_with(args.target, device, args.batch_size, knobs)
     with built:
-        explanation = explainer.explain(built.step, model, device, steps=args.steps,
-                                        module=(built.modules[0] if getattr(built, "modules", None) else None))
+        explanation = explainer.explain_built(built, model, device, steps=args.steps)
     paths = explainer.write_outputs(explanation, out)
     # Beside explain.json: waterfall.png/.svg, kernel_roofline.png/.svg and explain.html.
     paths += write_explain_report(explanation, out, model)
@@ -223,11 +226,10 @@ def _run_compare(args: argparse.Namespace, device: torch.device) -> int:
     configs: list[compare.Config] = []
     paths: list[Path] = []
     for label, knobs in zip(labels, knob_sets):
-        knobs = dict(knobs)
+        knobs = {**_given_knobs(args), **knobs}
         built = _build_with(args.target, device, _config_batch(knobs.pop("batch_size", None), args.batch_size), knobs)
         with built:
-            explanation = explainer.explain(built.step, model, device, steps=args.steps,
-                                            module=(built.modules[0] if getattr(built, "modules", None) else None))
+            explanation = explainer.explain_built(built, model, device, steps=args.steps)
         print(f"== {label}")
         print("\n".join(explainer.summary_lines(explanation)))
         folder = out / _slug(label)
@@ -249,7 +251,9 @@ def _run_batch_sweep(args: argparse.Namespace, device: torch.device) -> int:
     if args.batch_size is not None:
         raise UsageError("--batch-size and --batch-sweep both set the batch; give one")
     out = cli.output_dir(args.out, f"explain-batch-{device_slug(device)}")
-    sweep = batch.batch_sweep(lambda size: _build(args.target, device, size), sizes, device)
+    knobs = _given_knobs(args)
+    _check_knobs(args.target, [knobs])
+    sweep = batch.batch_sweep(lambda size: _build_with(args.target, device, size, dict(knobs)), sizes, device)
     print("\n".join(sweep.summary_lines()))
     path = out / "batch_sweep.json"
     path.write_text(json.dumps(sweep.to_dict(), indent=1, default=str), encoding="utf-8")

@@ -123,61 +123,78 @@ def _collective_key(name: str) -> str | None:
     return next((key for token, key in _COLLECTIVES if token in flat), None)
 
 
-def _bound(flops: float, nbytes: float, compute: tuple[str, Ceiling] | None, memory: tuple[str, Ceiling] | None,
-           memory_table: str = "memory") -> tuple[float, str]:
+def _bound(flops: float, compute: tuple[str, Ceiling] | None, memory: tuple[float, str] | None) -> tuple[float, str]:
+    """max(compute term, memory term); `memory` is (µs, "table:key") from :func:`memory_term` or a link."""
     terms = []
     if flops > 0 and compute is not None:
         terms.append((_seconds_us(flops, compute[1]), f"compute:{compute[0]}"))
-    if nbytes > 0 and memory is not None:
-        terms.append((_seconds_us(nbytes, memory[1]), f"{memory_table}:{memory[0]}"))
+    if memory is not None:
+        terms.append(memory)
     return max(terms) if terms else (0.0, "")
 
 
-def kernel_bound(record: KernelRecord, model: MachineModel) -> tuple[float | None, str]:
+def memory_term(nbytes: float, model: MachineModel, cache_aware: bool = True) -> tuple[float, str] | None:
+    """(µs, ceiling) to move `nbytes` through the memory system at its best.
+
+    Cache-aware (the default, where the model knows its L2's size and a faster L2 ceiling):
+    bytes up to the L2's capacity may be served at the L2 ceiling, the rest at main memory's,
+    since a working set that fits can stay resident from the kernel that wrote it. The bound
+    stays a lower limit whether or not the data was resident. Otherwise main memory alone.
+    """
+    dram = model.dram_key()
+    if dram is None or nbytes <= 0:
+        return None
+    main = model.memory[dram]
+    l2, capacity = model.memory.get("l2"), model.capacity_bytes("l2")
+    if cache_aware and l2 is not None and capacity and l2.value > main.value:
+        cached = min(nbytes, capacity)
+        us = _seconds_us(cached, l2) + _seconds_us(nbytes - cached, main)
+        return us, "memory:l2" if nbytes <= capacity else f"memory:l2+{dram}"
+    return _seconds_us(nbytes, main), f"memory:{dram}"
+
+
+def kernel_bound(record: KernelRecord, model: MachineModel, cache_aware: bool = True) -> tuple[float | None, str]:
     """(roofline lower bound in µs, the ceiling that set it as "table:key") of one kernel.
 
     The ceilings by class: tensor_gemm ``tensor.<precision>`` (``library.<dtype>`` where no
     instruction-level figure was measured); cuda_math ``cuda.<dtype>`` (fp16/bf16 as
     ``cuda.<dtype>x2``), falling back to ``cuda.fp32`` and ``library.fp32``;
-    memory_bound and layout the main-memory ceiling for bytes and ``cuda.fp32`` for
-    FLOPs; memcpy_memset main memory, or the link for a host copy, whose payload is half
-    the copy's bytes (the copy counts it read and written); communication the
-    collective's ``communication`` ceiling, with bytes as nccl-tests' bus bytes
-    (:func:`pygpuperf.explain.costs.collective_cost`). Memory terms use the main-memory
-    ceiling, not a cache's, so a kernel served from L2 may beat its bound.
+    memory_bound and layout the memory system for bytes (:func:`memory_term`: L2 for what
+    fits in it, main memory for the rest) and ``cuda.fp32`` for FLOPs; memcpy_memset the
+    same, or the link for a host copy, whose payload is half the copy's bytes (the copy
+    counts it read and written); communication the collective's ``communication`` ceiling,
+    with bytes as nccl-tests' bus bytes (:func:`pygpuperf.explain.costs.collective_cost`).
+    `cache_aware` False holds every byte to main memory.
 
     No bound (None, ""): class "other", a kernel whose limiting work is unknown
     (no FLOPs for a math class, no bytes for the others), or a model without the ceiling.
     """
     cls = record.kernel_class
     precision = _precision(record)
-    dram = model.dram_key()
-    memory = (dram, model.memory[dram]) if dram else None
+    memory = memory_term(record.bytes, model, cache_aware)
     if cls in _MATH:
         if record.flops <= 0:
             return None, ""
         compute = _first(model.compute, _tensor_keys(precision) if cls == TENSOR_GEMM else _cuda_keys(precision))
         if compute is None:
             return None, ""
-        return _bound(record.flops, record.bytes, compute, memory)
+        return _bound(record.flops, compute, memory)
     if cls in (MEMORY_BOUND, LAYOUT):
-        if record.bytes <= 0 or memory is None:
+        if memory is None:
             return None, ""
-        return _bound(record.flops, record.bytes, _first(model.compute, ["cuda.fp32"]), memory)
+        return _bound(record.flops, _first(model.compute, ["cuda.fp32"]), memory)
     if cls == MEMCPY:
         if record.bytes <= 0:
             return None, ""
         link = _link_key(record.name, model)
         if link is not None:
-            return _bound(0.0, record.bytes / 2, None, (link, model.links[link]), "links")
-        if memory is None:
-            return None, ""
-        return _bound(0.0, record.bytes, None, memory)
+            return _bound(0.0, None, (_seconds_us(record.bytes / 2, model.links[link]), f"links:{link}"))
+        return (None, "") if memory is None else _bound(0.0, None, memory)
     if cls == COMMUNICATION:
         key = _collective_key(record.name)
         if record.bytes <= 0 or key is None or key not in model.communication:
             return None, ""
-        return _bound(0.0, record.bytes, None, (key, model.communication[key]), "communication")
+        return _bound(0.0, None, (_seconds_us(record.bytes, model.communication[key]), f"communication:{key}"))
     return None, ""
 
 
@@ -189,8 +206,7 @@ def tensor_bound(record: KernelRecord, model: MachineModel) -> tuple[float | Non
     compute = _first(model.compute, _tensor_keys(_precision(record) or "fp32"))
     if compute is None:
         return kernel_bound(record, model)
-    dram = model.dram_key()
-    return _bound(record.flops, record.bytes, compute, (dram, model.memory[dram]) if dram else None)
+    return _bound(record.flops, compute, memory_term(record.bytes, model))
 
 
 def assign_bounds(records: Sequence[KernelRecord], model: MachineModel) -> list[KernelRecord]:

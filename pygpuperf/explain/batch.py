@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from pygpuperf.backends.portable import make_timer, synchronize
+from pygpuperf.backends.portable import synchronize
+from pygpuperf.workloads.base import time_steps
 
 # The GPU counts as saturated where the fixed cost is at most this share of the step
 # (throughput within 10 % of the asymptote).
@@ -154,19 +155,6 @@ def _built_batch(built: Any, requested: int) -> int:
         return int(params.get("batch_size", requested))
     except (TypeError, ValueError):
         return requested
-
-
-def time_steps(step: Callable[[], Any], device: torch.device, warmup: int, steps: int) -> list[float]:
-    """Seconds of `steps` calls of `step` after `warmup` untimed ones (device events on cuda, wall clock elsewhere)."""
-    for _ in range(warmup):
-        step()
-    synchronize(device)
-    timer = make_timer(device, steps)
-    for i in range(steps):
-        timer.start(i)
-        step()
-        timer.stop(i)
-    return timer.seconds()
 
 
 def release_memory(device: torch.device) -> None:

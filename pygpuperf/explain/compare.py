@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.explain import attribution
 from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, category_times,
                                            matched_deltas)
-from pygpuperf.explain.explainer import ExplainedStep, Explanation
+from pygpuperf.explain.explainer import ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import (COMMUNICATION, CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
                                      TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall)
 
@@ -74,12 +74,14 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
     """
     kernels = [_record(k) for k in doc.get("kernels", [])]
     t = doc["timeline"]
-    timeline = Timeline(wall_us=float(t["wall_us"]), busy_us=float(t["busy_us"]), idle=Idle(**t.get("idle", {})))
+    timeline = Timeline(wall_us=float(t["wall_us"]), busy_us=float(t["busy_us"]), idle=Idle(**t.get("idle", {})),
+                        profiler_overhead_us=float(t.get("profiler_overhead_us", 0.0)))
     w = doc["waterfall"]
     waterfall = Waterfall(ideal_us=float(w["ideal_us"]), parts=dict(w["parts"]), measured_us=float(w["measured_us"]),
                           unexplained_us=float(w["unexplained_us"]), coverage=float(w["coverage"]))
     step = ExplainedStep(int(doc.get("median_step", 0)), kernels, timeline, waterfall, attribution.self_check(kernels))
-    return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})))
+    throughput = Throughput.from_dict(doc["throughput"]) if doc.get("throughput") else None
+    return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})), throughput)
 
 
 def load_explanation(path: str | Path) -> Explanation:

@@ -38,6 +38,7 @@ import ast
 import dataclasses
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -170,6 +171,24 @@ def element_bytes(dtype: str) -> int | None:
     return ELEMENT_BYTES.get(name)
 
 
+# Element types as kernel template arguments show them ("<c10::BFloat16, 4>", "Functor<float, 3, 2, 2>").
+_KERNEL_DTYPES = ((re.compile(r"c10::BFloat16|__nv_bfloat16"), 2), (re.compile(r"c10::Half|\b__half\b"), 2),
+                  (re.compile(r"[<,(]\s*float\s*[,>)]"), 4), (re.compile(r"[<,(]\s*double\s*[,>)]"), 8))
+_OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
+
+
+def kernel_element_bytes(kernel_name: str) -> int | None:
+    """Element size a kernel's name gives away (its first floating-point template argument), else None.
+    The profiler records no dtype for tensor lists; the kernel that ran on them does."""
+    opaque = _OPAQUE.search(kernel_name)  # copies and cats move elements as opaque words of their size
+    if opaque:
+        return int(opaque.group(1))
+    for pattern, size in _KERNEL_DTYPES:
+        if pattern.search(kernel_name):
+            return size
+    return None
+
+
 def collective_cost(collective: str, size_bytes: float, world_size: int) -> OpCost:
     """A collective's bus bytes, as nccl-tests counts them: S x bus factor (pygpuperf.collectives).
 
@@ -193,6 +212,7 @@ class _Arg:
     shapes: list[list[int]]
     item: int  # bytes per element
     is_list: bool = False
+    distinct: int | None = None  # elements in memory when fewer than numel (an expanded, stride-0 view)
 
     @property
     def shape(self) -> list[int]:
@@ -204,7 +224,7 @@ class _Arg:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * self.item
+        return (self.numel if self.distinct is None else self.distinct) * self.item
 
 
 @dataclass
@@ -275,6 +295,10 @@ def _is_shape(x: Any) -> bool:
     return isinstance(x, (list, tuple)) and all(isinstance(d, int) for d in x)
 
 
+def _is_list_type(dtypes: Sequence[Any], i: int) -> bool:
+    return i < len(dtypes) and isinstance(dtypes[i], str) and dtypes[i].strip() == "TensorList"
+
+
 def _parse_arg(shape: Any, dtype: Any, fallback_item: int) -> _Arg | None:
     dtype_list = dtype if isinstance(dtype, (list, tuple)) else None
     item = element_bytes(dtype) if isinstance(dtype, str) else None
@@ -311,15 +335,16 @@ def _schemas(op: str) -> tuple[tuple[str, tuple[tuple[str, bool], ...]], ...]:
 def _argument_names(op: str, is_tensor: list[bool]) -> list[str]:
     """Schema names of the recorded positions: the overload with as many arguments whose
     tensor positions agree best with the recorded ones ('default' on a tie)."""
-    best: tuple[int, int, list[str]] | None = None
+    best: tuple[int, int, int, list[str]] | None = None
     for overload, args in _schemas(op):
-        if len(args) != len(is_tensor):
+        if len(args) < len(is_tensor):
             continue
+        # A shorter record than the schema is its positional prefix (trailing keyword-only arguments unrecorded).
         score = sum(t == a for t, (_, a) in zip(is_tensor, args))
-        rank = (score, overload == "default")
-        if best is None or rank > best[:2]:
-            best = (*rank, [n for n, _ in args])
-    return best[2] if best else []
+        rank = (len(args) == len(is_tensor), score, overload == "default")
+        if best is None or rank > best[:3]:
+            best = (*rank, [n for n, _ in args][:len(is_tensor)])
+    return best[3] if best else []
 
 
 def _concrete(v: Any) -> Any:
@@ -335,12 +360,25 @@ def _concrete(v: Any) -> Any:
         return text  # a bare string argument, e.g. gelu's approximate="tanh"
 
 
-def _parse(op: str, input_shapes: Sequence[Any], dtypes: Sequence[Any], output_shapes: Any, extra: Any) -> _Call:
+def _distinct(shape: list[int], strides: Any) -> int | None:
+    """Elements a tensor really holds when some of its dims are broadcast (stride 0); None when none are."""
+    if not isinstance(strides, (list, tuple)) or len(strides) != len(shape) or not all(
+            isinstance(x, int) for x in strides) or 0 not in strides:
+        return None
+    return _numel([d for d, st in zip(shape, strides) if st != 0])
+
+
+def _parse(op: str, input_shapes: Sequence[Any], dtypes: Sequence[Any], output_shapes: Any, extra: Any,
+           input_strides: Sequence[Any] = (), list_item: int | None = None) -> _Call:
     base = _base_name(op)
     dtypes = list(dtypes or [])
     known = [element_bytes(d) for d in dtypes if isinstance(d, str) and element_bytes(d)]
-    fallback = known[0] if known else (_LIST_DEFAULT if base.startswith(("_foreach", "_fused")) else 4)
-    args = [_parse_arg(s, dtypes[i] if i < len(dtypes) else "", fallback) for i, s in enumerate(input_shapes)]
+    fallback = known[0] if known else (list_item or (_LIST_DEFAULT if base.startswith(("_foreach", "_fused")) else 4))
+    args = [_parse_arg(s, dtypes[i] if i < len(dtypes) else "", list_item if _is_list_type(dtypes, i) and list_item
+                       else fallback) for i, s in enumerate(input_shapes)]
+    for i, arg in enumerate(args):
+        if arg is not None and not arg.is_list and i < len(input_strides):
+            arg.distinct = _distinct(arg.shape, input_strides[i])
     positional: list[Any] = []
     values: dict[str, Any] = {}
     n = len(input_shapes) or (len(extra) if isinstance(extra, (list, tuple)) else 0)
@@ -360,15 +398,19 @@ def _parse(op: str, input_shapes: Sequence[Any], dtypes: Sequence[Any], output_s
 
 def op_cost(op: str, input_shapes: Sequence[Any], dtypes: Sequence[Any],
             output_shapes: Sequence[Sequence[int]] | None = None,
-            extra: Sequence[Any] | Mapping[str, Any] | None = None) -> OpCost:
+            extra: Sequence[Any] | Mapping[str, Any] | None = None, *,
+            input_strides: Sequence[Any] = (), list_item: int | None = None) -> OpCost:
     """FLOPs and minimum bytes of one call of aten `op`, with the formula that counted them.
 
     `input_shapes` and `dtypes` are per positional argument as the profiler records them
     (a tensor-list argument may be a list of shapes); `extra` holds the non-tensor
     arguments, positionally as ``FunctionEvent.concrete_inputs`` gives them or by schema
     name; `output_shapes`, when known, replaces the outputs the rules infer.
+    `input_strides` (the profiler's "Input Strides") count an expanded input's broadcast
+    dims once; `list_item` is the element size of tensor lists, whose dtype the profiler
+    does not record (else fp32).
     """
-    call = _parse(op, input_shapes, dtypes, output_shapes, extra)
+    call = _parse(op, input_shapes, dtypes, output_shapes, extra, input_strides, list_item)
     handler = _handler(call.op)
     if handler is None:
         outputs = [_Arg([s], call.item) for s in (call.output_shapes or [])]
@@ -498,8 +540,27 @@ def _convolution(call: _Call) -> _Rule:
         x, w, call.value("stride"), call.value("padding"), call.value("dilation"), transposed,
         call.value("output_padding"), groups)
     flops = _registry(_aten.convolution, x, w, None, None, None, None, transposed, out=out)
-    return _Rule(flops, [_Arg([out], call.tensor(0).item)],
+    rule = _Rule(flops, [_Arg([out], call.tensor(0).item)],
                  "2*N*out_spatial*kernel*C_out*C_in/groups, bias not counted (torch.utils.flop_counter)")
+    touched = 1.0 if transposed else _touched_input_share(x, w, out, call.value("stride"), call.value("dilation"))
+    if touched < 1.0:
+        # A window smaller than its stride (a strided 1x1 downsample) skips input rows and columns.
+        rule.read_bytes = sum(a.nbytes for _, a in call.tensors()) - call.tensor(0).nbytes * (1.0 - touched)
+        rule.bytes_note = (_READ_WRITE + f"; the input only where the windows land ({100 * touched:.0f}%: "
+                           "a window smaller than its stride skips the rest)")
+    return rule
+
+
+def _touched_input_share(x: list[int], w: list[int], out: list[int], stride: Any, dilation: Any) -> float:
+    """Share of the input's spatial positions some window reads: below 1 only when a window is smaller than its stride."""
+    n = len(x) - 2
+    s, d = _pair(stride, n, 1), _pair(dilation, n, 1)
+    share = 1.0
+    for i in range(n):
+        span = d[i] * (w[2 + i] - 1) + 1
+        if span < s[i] and x[2 + i] > 0:
+            share *= min(1.0, out[2 + i] * w[2 + i] / x[2 + i])
+    return share
 
 
 def _convolution_backward(call: _Call) -> _Rule:
@@ -857,10 +918,11 @@ def _nll_loss(call: _Call) -> _Rule:
 def _nll_loss_backward(call: _Call) -> _Rule:
     target = call.tensor(2)
     rows = target.numel if target else 0
-    return _Rule(NLL_BACKWARD_FLOPS_PER_ROW * rows, [_Arg([call.shape(1)], call.tensor(1).item)],
+    # aten zero-fills grad_input in an op of its own; this one writes one entry per target.
+    return _Rule(NLL_BACKWARD_FLOPS_PER_ROW * rows, [_Arg([[rows]], call.tensor(1).item)],
                  f"{NLL_BACKWARD_FLOPS_PER_ROW:g} FLOP per target", not_read={1},
-                 bytes_note="grad_output, targets and weights read once (the input only for its shape); "
-                            "grad_input written once")
+                 bytes_note="grad_output, targets and weights read once (the input only for its shape); one "
+                            "grad_input entry written per target (the zero fill is a separate op)")
 
 
 def _cross_entropy(call: _Call) -> _Rule:
@@ -1074,7 +1136,8 @@ _HANDLERS: dict[str, Callable[[_Call], _Rule]] = {
                      "_scaled_dot_product_flash_attention_backward",
                      "_scaled_dot_product_efficient_attention_backward",
                      "_scaled_dot_product_cudnn_attention_backward", "_scaled_dot_product_flash_attention_for_cpu",
-                     "_scaled_dot_product_flash_attention_for_cpu_backward"), _sdpa),
+                     "_scaled_dot_product_flash_attention_for_cpu_backward", "_cudnn_attention_forward",
+                     "_cudnn_attention_backward"), _sdpa),
     **dict.fromkeys(("_flash_attention_forward", "_flash_attention_backward", "_efficient_attention_forward",
                      "_efficient_attention_backward"), _flash_efficient),
     **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",

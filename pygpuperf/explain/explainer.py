@@ -1,7 +1,9 @@
 """One explained step: capture -> classify -> FLOPs and bytes -> roofline bounds -> timeline -> waterfall.
 
 The step shown is the profiled step with the median wall time; every profiled step's
-waterfall is kept so the spread is visible.
+waterfall is kept so the spread is visible. Throughput is timed without the profiler first
+(:class:`Throughput`); the profiled steps' timelines then have the profiler's overhead taken
+off their idle time, so the waterfall adds up to the step a user really gets.
 """
 
 from __future__ import annotations
@@ -18,7 +20,43 @@ import torch
 
 from pygpuperf.explain import attribution, costs, timeline, trace
 from pygpuperf.explain.model import KernelRecord, Timeline, Waterfall
-from pygpuperf.results import MachineModel
+from pygpuperf.results import MachineModel, Stats
+
+
+@dataclass
+class Throughput:
+    """Steps timed without the profiler (device events after warm-up; wall clock off CUDA)."""
+
+    step_us: Stats  # microseconds per step
+    samples_per_step: int
+    peak_memory_bytes: float | None = None  # allocator peak during the timed steps
+    resident_memory_bytes: float | None = None  # held between steps: weights, optimizer state, data
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples_per_step / (self.step_us.median * 1e-6)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "samples_per_s": self.samples_per_s}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Throughput":
+        return Throughput(Stats(**d["step_us"]), int(d["samples_per_step"]), d.get("peak_memory_bytes"),
+                          d.get("resident_memory_bytes"))
+
+
+def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, samples_per_step: int,
+                       warmup: int | None = None, steps: int | None = None) -> Throughput:
+    """Time `steps` calls of `step_fn` after `warmup` (defaults: 10 and 30 on accelerators, 3 and 5 on a CPU)."""
+    from pygpuperf.workloads.base import time_steps_with_memory
+
+    device = torch.device(device)
+    default_warmup, default_steps = (3, 5) if device.type == "cpu" else (10, 30)
+    for _ in range(default_warmup if warmup is None else warmup):
+        step_fn()
+    timed = time_steps_with_memory(step_fn, device, default_steps if steps is None else steps)
+    return Throughput(Stats.of([x * 1e6 for x in timed.seconds]), samples_per_step, timed.peak_memory_bytes,
+                      timed.resident_memory_bytes)
 
 
 @dataclass
@@ -36,11 +74,13 @@ class Explanation:
     steps: list[ExplainedStep]
     median: ExplainedStep  # the step with the median wall time
     unknown_ops: dict[str, float] = field(default_factory=dict)  # op -> kernel time (us) with no cost formula
+    throughput: Throughput | None = None  # timed without the profiler
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
         return {
             "device": self.device,
+            "throughput": self.throughput.to_dict() if self.throughput else None,
             "median_step": step.index,
             "step_wall_us": [s.timeline.wall_us for s in self.steps],
             "timeline": dataclasses.asdict(step.timeline),
@@ -58,7 +98,8 @@ def _cost_records(step: trace.StepTrace) -> dict[str, float]:
     for record in step.kernels:
         if not record.op:
             continue
-        cost = costs.op_cost(record.op, record.input_shapes, record.dtypes, extra=record.concrete_inputs or None)
+        cost = costs.op_cost(record.op, record.input_shapes, record.dtypes, extra=record.concrete_inputs or None,
+                             input_strides=record.input_strides, list_item=costs.kernel_element_bytes(record.name))
         record.flops, record.bytes = cost.flops, cost.bytes
         if cost.formula.startswith(costs.UNKNOWN):
             unknown[record.op] = unknown.get(record.op, 0.0) + record.duration_us
@@ -66,8 +107,11 @@ def _cost_records(step: trace.StepTrace) -> dict[str, float]:
     return unknown
 
 
-def explain_captured(captured: trace.CapturedSteps, model: MachineModel) -> Explanation:
-    """Attribute every captured step against `model` (the measured roofline of the same device)."""
+def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
+                     throughput: Throughput | None = None) -> Explanation:
+    """Attribute every captured step against `model` (the measured roofline of the same device).
+    With `throughput`, each step's profiler overhead comes off its idle time
+    (:func:`pygpuperf.explain.timeline.remove_profiler_overhead`)."""
     explained: list[ExplainedStep] = []
     unknown: dict[str, float] = {}
     for step in captured.steps:
@@ -75,6 +119,8 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel) -> Expl
             unknown[op] = unknown.get(op, 0.0) + us
         attribution.assign_bounds(step.kernels, model)
         line = timeline.timeline(step.kernels, step.start_us, step.end_us, step.syncs)
+        if throughput is not None:
+            line = timeline.remove_profiler_overhead(line, throughput.step_us.median)
         explained.append(ExplainedStep(step.index, step.kernels, line, attribution.waterfall(step.kernels, line, model),
                                        attribution.self_check(step.kernels)))
     if not explained:
@@ -82,17 +128,52 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel) -> Expl
     walls = [s.timeline.wall_us for s in explained]
     median = explained[walls.index(statistics.median_low(walls))]
     count = len(explained)
-    return Explanation(str(captured.device), explained, median, {op: us / count for op, us in unknown.items()})
+    return Explanation(str(captured.device), explained, median, {op: us / count for op, us in unknown.items()},
+                       throughput)
 
 
-def explain(step_fn: Callable[[], Any], model: MachineModel, device: torch.device | str = "cuda",
+def quick_machine_model(device: torch.device | str) -> MachineModel:
+    """A machine model from a quick run of the memory and compute probes on `device` (some seconds)."""
+    from pygpuperf import analysis, meta, suite
+    from pygpuperf.backends.base import RunSettings
+    from pygpuperf.results import Results
+
+    device = torch.device(device)
+    results = Results(meta=meta.collect(device, ["pygpuperf.explain"]))
+    settings = RunSettings(warmup=1, samples=5, quick=True)
+    suite.run(suite.plan(device, "all", ["memory", "compute"], quick=True), device, settings, results.measurements)
+    analysis.conclude(results, str(device))
+    assert results.machine_model is not None
+    return results.machine_model
+
+
+def explain(step_fn: Callable[[], Any], model: MachineModel | None = None, device: torch.device | str = "cuda",
             steps: int = 3, warmup: int = 2, module: torch.nn.Module | None = None,
-            trace_path: str | None = None) -> Explanation:
-    """Profile `steps` calls of `step_fn` (one training or inference step each) and explain them
-    against `model`. `module` adds module paths to the kernels."""
-    captured = trace.capture_step(step_fn, torch.device(device), steps=steps, warmup=warmup, model=module,
-                                  trace_path=trace_path)
-    return explain_captured(captured, model)
+            trace_path: str | None = None, *, samples_per_step: int = 1, timed_steps: int | None = None,
+            throughput: Throughput | None = None) -> Explanation:
+    """Time `step_fn` (one training or inference step per call) without the profiler, then profile
+    `steps` calls and explain them against `model` (None: a quick probe run on `device` now).
+
+    `module` adds module paths to the kernels; `samples_per_step` (the batch) turns step time
+    into throughput; `timed_steps` 0 skips the unprofiled timing, and a given `throughput`
+    replaces it (a step already timed elsewhere).
+    """
+    device = torch.device(device)
+    if model is None:
+        model = quick_machine_model(device)
+    if throughput is None and timed_steps != 0:
+        throughput = measure_throughput(step_fn, device, samples_per_step, steps=timed_steps)
+        warmup = min(warmup, 1)  # already warm
+    captured = trace.capture_step(step_fn, device, steps=steps, warmup=warmup, model=module, trace_path=trace_path)
+    return explain_captured(captured, model, throughput)
+
+
+def explain_built(built: Any, model: MachineModel | None, device: torch.device | str, steps: int = 3,
+                  throughput: Throughput | None = None) -> Explanation:
+    """:func:`explain` of a :class:`~pygpuperf.workloads.BuiltWorkload` (its step, batch and first module)."""
+    modules = getattr(built, "modules", None) or ()
+    return explain(built.step, model, device, steps=steps, module=modules[0] if modules else None,
+                   samples_per_step=int(getattr(built, "samples_per_step", 1) or 1), throughput=throughput)
 
 
 def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
@@ -115,7 +196,16 @@ def summary_lines(explanation: Explanation) -> list[str]:
     """The waterfall in words: ideal, each part, measured, coverage."""
     w = explanation.median.waterfall
     line = explanation.median.timeline
-    lines = [f"step {line.wall_us / 1e3:.2f} ms: kernels busy {line.busy_us / 1e3:.2f} ms, idle "
+    lines = []
+    if explanation.throughput is not None:
+        t = explanation.throughput
+        lines.append(f"throughput {t.samples_per_s:,.0f} samples/s: step {t.step_us.median / 1e3:.2f} ms "
+                     f"(p5 {t.step_us.p5 / 1e3:.2f}, p95 {t.step_us.p95 / 1e3:.2f}, CV {100 * t.step_us.cv:.1f}%, "
+                     f"{t.step_us.n} steps without the profiler)")
+    if line.profiler_overhead_us > 0:
+        lines.append(f"profiled step {(line.wall_us + line.profiler_overhead_us) / 1e3:.2f} ms: "
+                     f"{line.profiler_overhead_us / 1e3:.2f} ms of profiler overhead taken off idle time")
+    lines += [f"step {line.wall_us / 1e3:.2f} ms: kernels busy {line.busy_us / 1e3:.2f} ms, idle "
              f"{line.idle.total_us / 1e3:.2f} ms (host-bound {line.idle.host_bound_us / 1e3:.2f}, launch gaps "
              f"{line.idle.launch_gap_us / 1e3:.2f}, sync {line.idle.sync_us / 1e3:.2f})",
              f"  roofline ideal (sum of kernel bounds)  {w.ideal_us / 1e3:9.2f} ms"]

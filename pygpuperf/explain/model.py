@@ -38,6 +38,7 @@ class KernelRecord:
     phase: str = "other"  # one of PHASES
     input_shapes: list[Any] = field(default_factory=list)  # a tensor list is a list of shapes
     dtypes: list[str] = field(default_factory=list)
+    input_strides: list[Any] = field(default_factory=list)  # per argument; a 0 stride marks a broadcast (expand) dim
     concrete_inputs: list[Any] = field(default_factory=list)  # non-tensor arguments: stride, padding, flags
     op_call_id: int | None = None  # the launching op call (kernels of one call share their op's work)
     kernel_class: str = OTHER  # one of KERNEL_CLASSES
@@ -72,6 +73,8 @@ class Timeline:
     wall_us: float
     busy_us: float
     idle: Idle
+    # Taken off idle time (host-bound first) so wall_us is the step timed without the profiler.
+    profiler_overhead_us: float = 0.0
 
 
 @dataclass

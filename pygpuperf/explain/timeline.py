@@ -16,7 +16,7 @@ host side. The parts add up to wall - busy.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline
 
@@ -106,3 +106,25 @@ def timeline(
         idle.launch_gap_us += gap.launch_gap_us
         idle.sync_us += gap.sync_us
     return Timeline(wall_us=wall, busy_us=busy, idle=idle)
+
+
+def remove_profiler_overhead(line: Timeline, unprofiled_wall_us: float) -> Timeline:
+    """`line` with the profiler's cost taken off its idle time, so its wall is the step timed without it.
+
+    The profiler slows the host (it records every op), not the kernels, so the difference
+    between the profiled and the unprofiled step comes off host-bound idle first, then launch
+    gaps, then synchronization. A profiled step no slower than the unprofiled one is kept as is;
+    an overhead larger than all idle time takes all of it.
+    """
+    overhead = line.wall_us - unprofiled_wall_us
+    if overhead <= 0:
+        return line
+    idle = replace(line.idle)
+    left = overhead
+    for attr in ("host_bound_us", "launch_gap_us", "sync_us"):
+        taken = min(getattr(idle, attr), left)
+        setattr(idle, attr, getattr(idle, attr) - taken)
+        left -= taken
+    removed = overhead - left
+    return Timeline(wall_us=line.wall_us - removed, busy_us=line.busy_us, idle=idle,
+                    profiler_overhead_us=line.profiler_overhead_us + removed)

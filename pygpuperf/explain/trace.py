@@ -343,6 +343,10 @@ def steps_from_chrome_trace(
             continue
         launch = launches.get(args.get("correlation"))
         anchor = launch or by_external.get(args.get("External id"))
+        if anchor is None and args.get("correlation") is not None:
+            # Launched before the trace began: a host running ahead of the device (no sync in the
+            # step) queues kernels that execute inside the profiled window but belong to earlier steps.
+            continue
         step = locate(anchor.ts if anchor is not None else ev.ts)
         if step is None:
             continue  # launched outside the profiled steps
@@ -362,6 +366,7 @@ def steps_from_chrome_trace(
             phase=phase,
             input_shapes=_input_shapes(op.args) if op else [],
             dtypes=[_dtype(t) for t in op.args.get("Input type", [])] if op else [],
+            input_strides=list(op.args.get("Input Strides", []) or []) if op else [],
             concrete_inputs=list(op.args.get("Concrete Inputs", []) or []) if op else [],
             # The profiler numbers op calls ("External id"); a trace without numbers has one event per call.
             op_call_id=(op.args.get("External id", id(op)) if op else None),

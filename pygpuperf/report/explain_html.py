@@ -22,10 +22,6 @@ from pygpuperf.results import MachineModel, Results
 TOP_GROUPS = 25
 # Kernels this far under their bound are listed by the self-check (attribution.SELF_CHECK_MARGIN).
 _SELF_CHECK = attribution.SELF_CHECK_MARGIN
-_EXTRA_CSS = """
-tr.total td { border-top: 2px solid #bbb; font-weight: 600; }
-td.name { overflow-wrap: anywhere; }
-"""
 COUNTING = ("FLOPs count an FMA as 2. Bytes are a minimum-traffic estimate (each input read once, each output "
             "written once), so achieved GB/s and intensities are estimates; times are the device's kernel "
             "durations in the median profiled step.")
@@ -227,7 +223,7 @@ def explain_html(explanation: Explanation, results: Results | MachineModel | Non
     body = (f"<header><h1>{_e(device)}: where the step's time goes</h1><p class=\"sub\">{_e(sub)}</p></header>\n"
             + explain_section_html(explanation, results, top)
             + "\n<footer>Every figure on this page is derived from the step's explain.json.</footer>")
-    return report_html.page(f"pygpuperf explain: {device}", body, _EXTRA_CSS)
+    return report_html.page(f"pygpuperf explain: {device}", body)
 
 
 def write_explain_html(explanation: Explanation, results: Results | MachineModel | None, path: Path) -> Path:

@@ -33,6 +33,8 @@ _MODEL_TABLES = (("compute", "compute"), ("memory", "memory"), ("links", "transf
 # Blocks every fetch; inline styles (ours and the SVGs') are all the page needs.
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 _CSS = """
+tr.total td { border-top: 2px solid #bbb; font-weight: 600; }
+td.name { overflow-wrap: anywhere; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
        color: #1d1d1f; margin: 0 auto; max-width: 1180px; padding: 0 24px 48px; background: #fff; }
 header { border-bottom: 3px solid #1f4e9c; padding: 18px 0 10px; }
@@ -254,8 +256,8 @@ def _sweep_svg(results: Results) -> str | None:
 # --------------------------------------------------------------------------- page
 
 
-def html_report(results: Results, overlays: Sequence[ChartPoint] = ()) -> str:
-    """The whole page as text."""
+def html_report(results: Results, overlays: Sequence[ChartPoint] = (), sections: Sequence[str] = ()) -> str:
+    """The whole page as text; `sections` (finished HTML, such as the explained step's) follow the roofline."""
     device = results.meta.get("device", {})
     name = device.get("name", "device") if isinstance(device, dict) else "device"
     roofline = roofline_svg(results, overlays)
@@ -267,6 +269,7 @@ def html_report(results: Results, overlays: Sequence[ChartPoint] = ()) -> str:
                 "Measured roofs: memory slopes (GB/s) up to the compute roofs (horizontal, labelled on the right); "
                 "sweep points, workloads and their gap to what the roofs allow at their intensity.")
         or "<h2 id=\"roofline\">Roofline</h2><p>No roof was measured.</p>",
+        *sections,
         _figure("datasheet", "Measured vs datasheet", datasheet_svg(results),
                 "Each measured ceiling as a percentage of the card's datasheet figure."),
         _measurements(results),
@@ -279,8 +282,9 @@ def html_report(results: Results, overlays: Sequence[ChartPoint] = ()) -> str:
     return page(f"pygpuperf: {name}", "\n".join(part for part in body if part))
 
 
-def write_html_report(results: Results, path: Path, overlays: Sequence[ChartPoint] = ()) -> Path:
+def write_html_report(results: Results, path: Path, overlays: Sequence[ChartPoint] = (),
+                      sections: Sequence[str] = ()) -> Path:
     """Write report.html (or whatever `path` names); returns the path."""
     path = Path(path)
-    path.write_text(html_report(results, overlays), encoding="utf-8")
+    path.write_text(html_report(results, overlays, sections), encoding="utf-8")
     return path

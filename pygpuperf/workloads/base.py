@@ -71,6 +71,39 @@ class Workload(ABC):
         return (3, 5) if device.type == "cpu" else (10, 30)
 
 
+def time_steps(step: Callable[[], Any], device: torch.device, warmup: int, steps: int) -> list[float]:
+    """Seconds of each of `steps` calls of `step` after `warmup` untimed ones: device events on
+    'cuda' (no host sync between steps, as in training), the wall clock elsewhere."""
+    for _ in range(warmup):
+        step()
+    synchronize(device)
+    timer = make_timer(device, steps)
+    for i in range(steps):
+        timer.start(i)
+        step()
+        timer.stop(i)
+    return timer.seconds()
+
+
+@dataclass
+class TimedSteps:
+    seconds: list[float]
+    peak_memory_bytes: float | None = None  # allocator peak during the steps (CUDA only)
+    resident_memory_bytes: float | None = None  # allocated before them: weights, optimizer state, data
+
+
+def time_steps_with_memory(step: Callable[[], Any], device: torch.device, steps: int) -> TimedSteps:
+    """:func:`time_steps` of an already warm step, with the memory it holds between steps and at its peak."""
+    synchronize(device)
+    resident = None
+    if device.type == "cuda":
+        resident = float(torch.cuda.memory_allocated(device))
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds = time_steps(step, device, 0, steps)
+    peak = float(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+    return TimedSteps(seconds, peak, resident)
+
+
 def run_workload(
     workload: Workload,
     device: torch.device | str,
@@ -106,15 +139,8 @@ def run_workload(
         flops, nbytes = count_step(built.count_step or built.step)
         for _ in range(max(warmup - 1, 0)):
             built.step()
-        synchronize(device)
-
-        timer = make_timer(device, steps)
-        step = built.step
-        for i in range(steps):
-            timer.start(i)
-            step()
-            timer.stop(i)
-        step_time = Stats.of(timer.seconds())
+        timed = time_steps_with_memory(built.step, device, steps)
+        step_time = Stats.of(timed.seconds)
 
     params = dict(built.params)
     params["warmup_steps"] = str(warmup)
@@ -132,4 +158,6 @@ def run_workload(
         achieved_tflops=achieved,
         intensity=intensity,
         notes=[*built.notes, FLOPS_NOTE, BYTES_NOTE],
+        peak_memory_bytes=timed.peak_memory_bytes,
+        resident_memory_bytes=timed.resident_memory_bytes,
     )
