@@ -56,6 +56,13 @@ def machine_model(card_key: str) -> MachineModel:
         key = rest.split(".", 1)[0] if family == "memory" else rest
         table[key] = Ceiling(float(value["value"]), unit_for(name), describe_source(value), BACKEND)
     model.fill_ridge_points()
+    sizes = entry["facts"]
+    if "l2_cache_mib" in sizes:
+        model.capacity["l2"] = Ceiling(sizes["l2_cache_mib"]["value"] * 2**20, "B",
+                                       describe_source(sizes["l2_cache_mib"]), BACKEND)
+    if "memory_gb" in sizes:  # decimal GB: the smaller reading of a vendor's "80 GB"
+        model.capacity["memory"] = Ceiling(sizes["memory_gb"]["value"] * 1e9, "B",
+                                           describe_source(sizes["memory_gb"]), BACKEND)
     return model
 
 

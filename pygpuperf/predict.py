@@ -35,11 +35,12 @@ from typing import Any, Sequence
 
 from pygpuperf import cli, datasheets
 from pygpuperf.device import UsageError
-from pygpuperf.explain import attribution
+from pygpuperf.explain import attribution, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
 from pygpuperf.explain.compare import load_explanation
 from pygpuperf.explain.explainer import Explanation
-from pygpuperf.explain.model import CUDA_MATH, KERNEL_CLASSES, OTHER, TENSOR_GEMM, KernelRecord
+from pygpuperf.explain.model import (CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM,
+                                     KernelRecord)
 from pygpuperf.results import MachineModel
 
 DEFAULT_SAMPLES_PER_STEP = 256
@@ -69,10 +70,11 @@ class Prediction:
     target: str
     source_step_us: float  # the source step the prediction starts from (profiler overhead removed when known)
     step_us: float  # predicted step on the target
-    samples_per_step: int
+    samples_per_step: int  # on the target: smaller than the source's when the step does not fit there
     waterfall: list[CategoryChange]  # per category; target values add up to step_us
     notes: list[str] = field(default_factory=list)  # substitutions, capacity, L2, kernels held fixed
     confidence: str = ""  # the assumption that carries most of the predicted time
+    source_samples_per_step: int | None = None  # the profiled batch (None: same as samples_per_step)
 
     @property
     def throughput(self) -> float:
@@ -81,16 +83,17 @@ class Prediction:
 
     @property
     def source_throughput(self) -> float:
-        return self.samples_per_step / (self.source_step_us * 1e-6)
+        return (self.source_samples_per_step or self.samples_per_step) / (self.source_step_us * 1e-6)
 
     @property
     def ratio_to_source(self) -> float:
         """Target throughput / source throughput: above 1 the target is faster."""
-        return self.source_step_us / self.step_us if self.step_us > 0 else math.inf
+        return self.throughput / self.source_throughput
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "target": self.target, "source_step_ms": self.source_step_us / 1e3,
                 "step_ms": self.step_us / 1e3, "samples_per_step": self.samples_per_step,
+                "source_samples_per_step": self.source_samples_per_step or self.samples_per_step,
                 "throughput_per_s": self.throughput, "source_throughput_per_s": self.source_throughput,
                 "ratio_to_source": self.ratio_to_source,
                 "waterfall": [{"category": c.category, "source_ms": c.source_us / 1e3, "target_ms": c.target_us / 1e3,
@@ -99,6 +102,33 @@ class Prediction:
 
 
 # --------------------------------------------------------------------------- per kernel
+
+_MEMORY_CLASSES = (MEMORY_BOUND, LAYOUT, MEMCPY)
+NOTE_L2_SPILL = ("kernel(s) fit the source's L2 but not the target's: priced at the source's DRAM efficiency "
+                 "instead of their L2-assisted one")
+
+
+def priced_time_us(record: KernelRecord, model: MachineModel) -> float | None:
+    """The kernel's roofline bound on `model` with every byte from main memory: the time its
+    efficiency is carried by (the L2 is handled apart, see :class:`_Pricing`)."""
+    bound, _ = attribution.kernel_bound(record, model, cache_aware=False)
+    return bound
+
+
+def dram_efficiency(records: Sequence[KernelRecord], model: MachineModel) -> float | None:
+    """Priced time over measured time of the memory-bound kernels too big for `model`'s L2 (they stream
+    from DRAM), time-weighted and at most 1; None without such kernels or an L2 size."""
+    capacity = model.capacity_bytes("l2")
+    if not capacity:
+        return None
+    priced = measured = 0.0
+    for r in records:
+        if r.kernel_class == MEMORY_BOUND and r.bytes > capacity and r.duration_us > 0:
+            t = priced_time_us(r, model)
+            if t:
+                priced += t
+                measured += r.duration_us
+    return min(priced / measured, 1.0) if measured > 0 else None
 
 
 def _dtype_supported(dtype: str, model: MachineModel) -> bool:
@@ -125,57 +155,52 @@ def runs_as(precision: str, target: MachineModel) -> tuple[str, str | None]:
     return precision, None
 
 
-def _repriced(record: KernelRecord, source: MachineModel, target: MachineModel) -> tuple[float, str | None]:
-    """(factor on the kernel's measured time, a note when the time was held or the dtype changed)."""
-    source_bound, _ = attribution.kernel_bound(record, source)
-    if source_bound is None:
-        source_bound = record.bound_us
-    if not source_bound or source_bound <= 0:
-        return 1.0, "kernels with no bound keep their time"
+def _on_target(record: KernelRecord, target: MachineModel) -> tuple[KernelRecord, str | None]:
+    """The record as the target runs it: in a substitute dtype (bytes re-counted) where it lacks the original."""
     precision = attribution._precision(record)
     new_precision, note = runs_as(precision, target)
-    on_target = record
-    if new_precision != precision:
-        old_w = _WIDTH.get(attribution._dtype(precision), 2)
-        new_w = _WIDTH.get(attribution._dtype(new_precision), 2)
-        # fp32 instead of a tensor-core dtype: on a card without fp16 tensor cores the GEMM lands on the CUDA cores
-        cls = record.kernel_class
-        if cls == TENSOR_GEMM and attribution._dtype(new_precision) == "fp32" and "tensor.tf32.acc32" not in target.compute:
-            cls = CUDA_MATH
-        on_target = dataclasses.replace(record, precision=new_precision, kernel_class=cls,
-                                        bytes=record.bytes * new_w / old_w)
-    target_bound, _ = attribution.kernel_bound(on_target, target)
-    if target_bound is None or target_bound <= 0:
+    if new_precision == precision:
+        return record, None
+    old_w = _WIDTH.get(attribution._dtype(precision), 2)
+    new_w = _WIDTH.get(attribution._dtype(new_precision), 2)
+    # fp32 instead of a tensor-core dtype: on a card without fp32-input tensor cores the GEMM lands on the CUDA cores
+    cls = record.kernel_class
+    if cls == TENSOR_GEMM and attribution._dtype(new_precision) == "fp32" and "tensor.tf32.acc32" not in target.compute:
+        cls = CUDA_MATH
+    return dataclasses.replace(record, precision=new_precision, kernel_class=cls,
+                               bytes=record.bytes * new_w / old_w), note
+
+
+@dataclass
+class _Pricing:
+    """What re-pricing needs besides the two models: the source's DRAM efficiency and both L2 sizes."""
+
+    source: MachineModel
+    target: MachineModel
+    dram_efficiency: float | None
+
+    def fits_source_l2_only(self, record: KernelRecord) -> bool:
+        source_l2, target_l2 = self.source.capacity_bytes("l2"), self.target.capacity_bytes("l2")
+        return bool(source_l2 and target_l2 and record.kernel_class in _MEMORY_CLASSES
+                    and target_l2 < record.bytes <= source_l2)
+
+
+def _repriced(record: KernelRecord, pricing: _Pricing) -> tuple[float, str | None]:
+    """(factor on the kernel's measured time, a note when the time was held, the dtype changed or L2 spilled)."""
+    source_time = priced_time_us(record, pricing.source)
+    if not source_time or source_time <= 0:
+        return 1.0, "kernels with no bound keep their time"
+    on_target, note = _on_target(record, pricing.target)
+    target_time = priced_time_us(on_target, pricing.target)
+    if target_time is None or target_time <= 0:
         return 1.0, f"{record.kernel_class} kernels the target model has no ceiling for keep their time"
-    return target_bound / source_bound, note
+    efficiency = source_time / record.duration_us if record.duration_us > 0 else 0.0
+    if pricing.dram_efficiency and pricing.fits_source_l2_only(record) and efficiency > pricing.dram_efficiency:
+        return target_time / pricing.dram_efficiency / record.duration_us, NOTE_L2_SPILL
+    return target_time / source_time, note
 
 
 # --------------------------------------------------------------------------- the step
-
-
-def _idle_after_overhead(idle: dict[str, float], overhead_us: float) -> tuple[dict[str, float], float]:
-    """Take profiler overhead off idle time, host-bound first (the profiler slows the host, not the GPU).
-    Returns the idle split and the overhead left over (more than all idle time)."""
-    idle = dict(idle)
-    for key in (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC):
-        taken = min(idle[key], overhead_us)
-        idle[key] -= taken
-        overhead_us -= taken
-    return idle, overhead_us
-
-
-def _memory_gb(facts: dict[str, Any] | None) -> float | None:
-    if not facts:
-        return None
-    value = facts.get("memory_gb")
-    return float(value) if value else None
-
-
-def _l2_mib(facts: dict[str, Any] | None) -> float | None:
-    if not facts:
-        return None
-    value = facts.get("l2_mib")
-    return float(value) if value else None
 
 
 def _confidence(waterfall: Sequence[CategoryChange], source: MachineModel, target: MachineModel,
@@ -194,7 +219,7 @@ def _confidence(waterfall: Sequence[CategoryChange], source: MachineModel, targe
         "compute": "math kernels reach the same fraction of the target's tensor-core/CUDA-core ceiling as on the "
                    "source (cuDNN may pick other algorithms there)",
         "memory": "memory-bound kernels reach the same fraction of the target's DRAM bandwidth as on the source "
-                  "(L2 hit rates and kernel launch sizes are assumed unchanged)",
+                  "(kernels that only fit the source's L2 at its DRAM efficiency)",
         "fixed": "idle and unbounded time stays as measured on the source host (same CPU, driver and framework)",
     }[dominant]
     sentence = f"dominant assumption ({share:.0f}% of the predicted step): {text}"
@@ -206,63 +231,92 @@ def _confidence(waterfall: Sequence[CategoryChange], source: MachineModel, targe
     return sentence
 
 
-def predict(profile: Explanation, source: MachineModel, target: MachineModel,
-            target_facts: dict[str, Any] | None = None, *, samples_per_step: int = DEFAULT_SAMPLES_PER_STEP,
-            source_facts: dict[str, Any] | None = None, peak_memory_gb: float | None = None,
-            source_step_us: float | None = None, source_name: str = "", target_name: str = "") -> Prediction:
+def _fitting_batch(batch: int, peak: float | None, resident: float | None, capacity: float | None) -> int | None:
+    """The largest batch whose memory fits `capacity` when memory = resident + per-sample x batch
+    (activations grow with the batch; weights, optimizer state and data buffers do not); None: the
+    step fits, or no figures to tell."""
+    if not peak or not capacity or peak <= capacity:
+        return None
+    if not resident or resident >= capacity or peak <= resident:
+        return 0
+    per_sample = (peak - resident) / batch
+    return max(0, int((capacity - resident) // per_sample))
+
+
+def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
+            samples_per_step: int | None = None, peak_memory_bytes: float | None = None,
+            resident_memory_bytes: float | None = None, source_step_us: float | None = None,
+            source_name: str = "", target_name: str = "") -> Prediction:
     """The profiled median step re-priced on `target`, kernel by kernel.
 
-    `source` is the machine model the profile was taken on; `target_facts` (and `source_facts`) may
-    carry "memory_gb" and "l2_mib" for the capacity and L2 notes. `source_step_us` is the step
-    time measured without the profiler: the difference is taken off idle time, host-bound
-    first. `peak_memory_gb` is what the step needs; unknown when None.
+    `source` is the machine model the profile was taken on. Batch, peak and resident memory come
+    from the profile's throughput record unless given. `source_step_us` (the step without the
+    profiler) is only needed for profiles written before the explainer took the overhead off.
+    A step that does not fit the target's memory is predicted at the largest batch that does:
+    forward and backward kernels scale with the batch, the optimizer and idle time do not.
     """
-    if samples_per_step <= 0:
+    throughput = profile.throughput
+    batch = samples_per_step or (throughput.samples_per_step if throughput else DEFAULT_SAMPLES_PER_STEP)
+    if batch <= 0:
         raise ValueError("samples_per_step must be positive")
+    if throughput is not None:
+        peak_memory_bytes = peak_memory_bytes or throughput.peak_memory_bytes
+        resident_memory_bytes = resident_memory_bytes or throughput.resident_memory_bytes
     step = profile.median
     records = step.kernels
+    pricing = _Pricing(source, target, dram_efficiency(records, source))
     notes: dict[str, int] = {}
     substituted = False
     source_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)
     target_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    per_sample_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)  # the part of target_cat that grows with the batch
     for record, share in zip(records, attribution.exclusive_times(records)):
         cls = record.kernel_class if record.kernel_class in KERNEL_CLASSES else OTHER
-        factor, note = _repriced(record, source, target)
+        factor, note = _repriced(record, pricing)
         source_cat[cls] += share
         target_cat[cls] += share * factor
+        if record.phase in ("forward", "backward"):
+            per_sample_cat[cls] += share * factor
         if note:
             notes[note] = notes.get(note, 0) + 1
             substituted |= "runs as" in note
     line = step.timeline
+    text: list[str] = [f"{n} {note}" if note == NOTE_L2_SPILL else f"{n} kernel(s): {note}" for note, n in notes.items()]
+    if source_step_us is not None and line.profiler_overhead_us == 0 and 0 < source_step_us < line.wall_us:
+        trimmed = timeline.remove_profiler_overhead(line, source_step_us)
+        text.append(f"profiled step {line.wall_us / 1e3:.2f} ms vs {source_step_us / 1e3:.2f} ms without the profiler: "
+                    f"{trimmed.profiler_overhead_us / 1e3:.2f} ms of profiler overhead taken off idle time")
+        line = trimmed
     idle = {IDLE_HOST: line.idle.host_bound_us, IDLE_LAUNCH: line.idle.launch_gap_us, IDLE_SYNC: line.idle.sync_us}
     unexplained = line.wall_us - sum(source_cat.values()) - sum(idle.values())
-    text: list[str] = [f"{n} kernel(s): {note}" for note, n in notes.items()]
-    if source_step_us is not None and 0 < source_step_us < line.wall_us:
-        overhead = line.wall_us - source_step_us
-        idle, left = _idle_after_overhead(idle, overhead)
-        text.append(f"profiled step {line.wall_us / 1e3:.2f} ms vs {source_step_us / 1e3:.2f} ms without the profiler: "
-                    f"{(overhead - left) / 1e3:.2f} ms of profiler overhead taken off idle time")
+
+    fit = _fitting_batch(batch, peak_memory_bytes, resident_memory_bytes, target.capacity_bytes("memory"))
+    predicted_batch = batch
+    if fit is not None:
+        need, have = (peak_memory_bytes or 0) / 1e9, (target.capacity_bytes("memory") or 0) / 1e9
+        if fit >= 1:
+            predicted_batch = fit
+            scale = fit / batch
+            for cls in KERNEL_CLASSES:
+                target_cat[cls] -= per_sample_cat[cls] * (1 - scale)
+            text.append(f"does not fit: the step needs {need:.1f} GB at batch {batch}, the target has {have:.1f} GB; "
+                        f"predicted at batch {fit}, the largest that fits (memory = resident + per-sample x batch; "
+                        "forward and backward time scale with the batch)")
+        else:
+            text.append(f"does not fit: the step needs {need:.1f} GB, the target has {have:.1f} GB, and its weights "
+                        "and optimizer state alone do not fit")
+    elif not peak_memory_bytes:
+        text.append("peak memory of the profile unknown: capacity not checked")
     waterfall = [CategoryChange(c, source_cat[c], target_cat[c]) for c in KERNEL_CLASSES if source_cat[c] > 0]
     waterfall += [CategoryChange(c, us, us) for c, us in idle.items() if us > 0]
     if abs(unexplained) > 1e-6:
         waterfall.append(CategoryChange(UNEXPLAINED, unexplained, unexplained))
     source_total = sum(c.source_us for c in waterfall)
     target_total = sum(c.target_us for c in waterfall)
-
-    target_mem = _memory_gb(target_facts)
-    if peak_memory_gb is None:
-        text.append("peak memory of the profile unknown: capacity not checked"
-                    + (f" (target has {target_mem:g} GB)" if target_mem else ""))
-    elif target_mem is not None and peak_memory_gb > target_mem:
-        text.append(f"does not fit: the step needs {peak_memory_gb:g} GB, the target has {target_mem:g} GB "
-                    "(a smaller batch or activation checkpointing changes the profile)")
-    source_l2, target_l2 = _l2_mib(source_facts), _l2_mib(target_facts)
-    if source_l2 and target_l2 and target_l2 < source_l2:
-        text.append(f"target L2 {target_l2:g} MiB < source {source_l2:g} MiB: memory-bound kernels that hit L2 on "
-                    "the source may read more from DRAM (not priced)")
     return Prediction(source=source_name or source.device, target=target_name or target.device,
-                      source_step_us=source_total, step_us=target_total, samples_per_step=samples_per_step,
-                      waterfall=waterfall, notes=text, confidence=_confidence(waterfall, source, target, substituted))
+                      source_step_us=source_total, step_us=target_total, samples_per_step=predicted_batch,
+                      source_samples_per_step=batch, waterfall=waterfall, notes=text,
+                      confidence=_confidence(waterfall, source, target, substituted))
 
 
 # --------------------------------------------------------------------------- models from the command line
@@ -272,7 +326,6 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel,
 class Card:
     name: str
     model: MachineModel
-    facts: dict[str, Any]
 
 
 def load_card(spec: str) -> Card:
@@ -280,10 +333,9 @@ def load_card(spec: str) -> Card:
     if spec.startswith(DATASHEET_PREFIX):
         slug = spec[len(DATASHEET_PREFIX):]
         try:
-            model, facts = datasheets.machine_model(slug), datasheets.facts(slug)
+            return Card(slug, datasheets.machine_model(slug))
         except datasheets.UnknownCardError as exc:
             raise UsageError(str(exc)) from None
-        return Card(slug, model, facts)
     from pygpuperf import io
 
     path = Path(spec)
@@ -297,16 +349,11 @@ def load_card(spec: str) -> Card:
     if results.machine_model is None:
         raise UsageError(f"{spec}: has no machine model; run the compute and memory probes first")
     device = results.meta.get("device", {}) if isinstance(results.meta.get("device"), dict) else {}
-    facts: dict[str, Any] = {}
-    if device.get("memory_bytes"):
-        facts["memory_gb"] = device["memory_bytes"] / 1e9
-    if device.get("l2_cache_bytes"):
-        facts["l2_mib"] = device["l2_cache_bytes"] / 2**20
-    return Card(str(device.get("name") or path.stem), results.machine_model, facts)
+    return Card(str(device.get("name") or path.stem), results.machine_model)
 
 
 def _unprofiled_step_us(profile_path: Path) -> float | None:
-    """step_ms of throughput.json next to explain.json: the step measured without the profiler."""
+    """step_ms of throughput.json next to an explain.json written before explain.json kept its throughput."""
     folder = profile_path if profile_path.is_dir() else profile_path.parent
     path = folder / "throughput.json"
     if not path.is_file():
@@ -321,9 +368,10 @@ def _unprofiled_step_us(profile_path: Path) -> float | None:
 class ValidationRow:
     card: str
     published: float  # samples/s
-    published_ratio: float  # to the reference card
+    published_ratio: float  # to the group's reference card
     predicted: float
     predicted_ratio: float
+    priced_as: str = ""  # the datasheet card it was priced as, when the figure's card is not one
 
     @property
     def error(self) -> float:
@@ -331,32 +379,80 @@ class ValidationRow:
         return self.predicted_ratio / self.published_ratio - 1
 
 
-def validate(profile: Explanation, source: Card, published: dict[str, Any], *, samples_per_step: int,
-             source_step_us: float | None) -> tuple[list[ValidationRow], str]:
-    """Predicted vs published throughput ratios to the document's reference card, for every card it lists."""
-    reference = published["reference"]
-    figures = {e["card"]: float(e["samples_per_s"]) for e in published["figures"]}
-    if reference not in figures:
-        raise UsageError(f"reference card {reference!r} has no published figure")
-    predicted = {}
-    for card in figures:
-        target = load_card(DATASHEET_PREFIX + card)
-        predicted[card] = predict(profile, source.model, target.model, target.facts, samples_per_step=samples_per_step,
-                                  source_facts=source.facts, source_step_us=source_step_us).throughput
-    rows = [ValidationRow(c, figures[c], figures[c] / figures[reference], predicted[c],
-                          predicted[c] / predicted[reference]) for c in figures if c != reference]
-    return rows, reference
+@dataclass
+class ValidationGroup:
+    """Figures from one published table: ratios are only taken inside it."""
+
+    name: str
+    reference: str
+    rows: list[ValidationRow]
+    skipped: list[str]  # cards with no datasheet model
+    reference_published: float = math.nan  # samples/s of the reference card
+    reference_predicted: float = math.nan
+
+    @property
+    def mean_absolute_error(self) -> float:
+        return sum(abs(r.error) for r in self.rows) / len(self.rows) if self.rows else math.nan
 
 
-def validation_table(rows: Sequence[ValidationRow], reference: str) -> str:
-    lines = [f"ResNet-50 AMP training: throughput relative to {reference} (predicted from the H200 profile vs published)",
-             f"{'card':18s} {'published img/s':>15s} {'published x':>11s} {'predicted img/s':>15s} "
-             f"{'predicted x':>11s} {'error':>7s}"]
-    for r in rows:
-        lines.append(f"{r.card:18s} {r.published:15.0f} {r.published_ratio:11.3f} {r.predicted:15.0f} "
-                     f"{r.predicted_ratio:11.3f} {100 * r.error:+6.1f}%")
-    mae = sum(abs(r.error) for r in rows) / len(rows) if rows else math.nan
-    lines.append(f"mean absolute error of the ratios: {100 * mae:.1f}% over {len(rows)} card(s)")
+def validate(profile: Explanation, source: Card, published: dict[str, Any], *,
+             source_step_us: float | None = None) -> list[ValidationGroup]:
+    """Predicted vs published throughput ratios, per group of the document, for its `precision` figures.
+
+    Each figure's card is priced as its datasheet model (``priced_as`` when its name is not a
+    datasheet key). The reference of a group is the document's `reference` card where the group
+    has it, else the group's first card.
+    """
+    precision = published.get("precision", "amp-fp16")
+    known = set(datasheets.card_keys())
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for figure in published["figures"]:
+        if figure.get("precision", precision) == precision:
+            by_group.setdefault(figure.get("group", "published"), []).append(figure)
+    groups = []
+    cache: dict[str, float] = {}
+    for name, figures in by_group.items():
+        usable = [f for f in figures if f.get("priced_as", f["card"]) in known]
+        skipped = [f["card"] for f in figures if f.get("priced_as", f["card"]) not in known]
+        if len(usable) < 2:
+            continue
+        cards = [f["card"] for f in usable]
+        reference = published.get("reference") if published.get("reference") in cards else cards[0]
+        predicted = {}
+        for f in usable:
+            slug = f.get("priced_as", f["card"])
+            if slug not in cache:
+                target = load_card(DATASHEET_PREFIX + slug)
+                cache[slug] = predict(profile, source.model, target.model, source_step_us=source_step_us).throughput
+            predicted[f["card"]] = cache[slug]
+        figure = {f["card"]: float(f["samples_per_s"]) for f in usable}
+        rows = [ValidationRow(c, figure[c], figure[c] / figure[reference], predicted[c],
+                              predicted[c] / predicted[reference],
+                              next(f.get("priced_as", "") for f in usable if f["card"] == c))
+                for c in cards if c != reference]
+        groups.append(ValidationGroup(name, reference, rows, skipped, figure[reference], predicted[reference]))
+    return groups
+
+
+def validation_table(groups: Sequence[ValidationGroup], source: str) -> str:
+    lines = []
+    for g in groups:
+        lines += [f"group {g.name}: throughput relative to {g.reference} (predicted from {source} vs published)",
+                  f"  {'card':44s} {'published/s':>11s} {'published x':>11s} {'predicted/s':>11s} "
+                  f"{'predicted x':>11s} {'error x':>8s} {'error /s':>9s}"]
+        lines.append(f"  {g.reference + ' (reference)':44s} {g.reference_published:11.0f} {1:11.3f} "
+                     f"{g.reference_predicted:11.0f} {1:11.3f} {'':8s} "
+                     f"{100 * (g.reference_predicted / g.reference_published - 1):+8.1f}%")
+        for r in g.rows:
+            card = r.card + (f" (as {r.priced_as})" if r.priced_as else "")
+            lines.append(f"  {card:44s} {r.published:11.0f} {r.published_ratio:11.3f} {r.predicted:11.0f} "
+                         f"{r.predicted_ratio:11.3f} {100 * r.error:+7.1f}% {100 * (r.predicted / r.published - 1):+8.1f}%")
+        lines.append(f"  mean absolute error of the ratios: {100 * g.mean_absolute_error:.1f}% over {len(g.rows)} "
+                     "card(s)" + (f"; no datasheet model for {', '.join(g.skipped)}" if g.skipped else ""))
+    rows = [r for g in groups for r in g.rows]
+    if rows:
+        lines.append(f"all groups: mean absolute error {100 * sum(abs(r.error) for r in rows) / len(rows):.1f}% "
+                     f"over {len(rows)} ratio(s)")
     return "\n".join(lines)
 
 
@@ -375,13 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", action="append", default=[], help="datasheet:<card> or results.json (repeatable)")
     p.add_argument("--price", action="append", default=[], metavar="NAME=EUR_PER_HOUR",
                    help="hourly price of a target, by its card name (repeatable)")
-    p.add_argument("--samples-per-step", type=int, default=DEFAULT_SAMPLES_PER_STEP,
-                   help=f"samples per step, for throughput (default {DEFAULT_SAMPLES_PER_STEP})")
-    p.add_argument("--peak-memory-gb", type=float, help="memory the step needs, for the capacity check")
+    p.add_argument("--samples-per-step", type=int, help="samples per step (default: the profile's batch)")
+    p.add_argument("--peak-memory-gb", type=float, help="memory the step needs (default: the profile's peak)")
     p.add_argument("--source-step-ms", type=float,
-                   help="step time without the profiler (default: throughput.json next to the profile)")
+                   help="step time without the profiler, for profiles that do not record it")
     p.add_argument("--validate", type=Path, help="published figures (JSON) to check predicted ratios against")
-    p.add_argument("--out", type=Path, help="with --validate: folder for the validation table")
+    p.add_argument("--out", type=Path, help="folder for prediction.json, prediction.png/.svg and prediction.html "
+                   "(and the validation table)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return p
 
@@ -399,18 +495,25 @@ def _prices(specs: Sequence[str]) -> dict[str, float]:
     return prices
 
 
+def samples_per_eur(prediction: Prediction, prices: dict[str, float]) -> float | None:
+    price = prices.get(prediction.target)
+    return prediction.throughput * 3600 / price if price else None
+
+
 def _print_table(predictions: Sequence[Prediction], prices: dict[str, float]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"predicted from {predictions[0].source} ({predictions[0].source_throughput:,.0f} samples/s)")
-    for column in ("target", "step ms", "samples/s", "x source", *(["samples per EUR"] if prices else []), "notes"):
+    for column in ("target", "batch", "step ms", "samples/s", "x source", *(["samples per EUR"] if prices else []),
+                   "notes"):
         table.add_column(column, justify="left" if column in ("target", "notes") else "right")
     for p in predictions:
-        per_eur = [f"{p.throughput * 3600 / prices[p.target]:,.0f}" if p.target in prices else "-"] if prices else []
-        table.add_row(p.target, f"{p.step_us / 1e3:.2f}", f"{p.throughput:,.0f}", f"{p.ratio_to_source:.2f}",
-                      *per_eur, "; ".join(p.notes[:3]))
-    console = Console()
+        per_eur = samples_per_eur(p, prices)
+        table.add_row(p.target, str(p.samples_per_step), f"{p.step_us / 1e3:.2f}", f"{p.throughput:,.0f}",
+                      f"{p.ratio_to_source:.2f}", *([f"{per_eur:,.0f}" if per_eur else "-"] if prices else []),
+                      "; ".join(p.notes[:3]))
+    console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     for p in predictions:
         console.print(f"[bold]{p.target}[/bold]: {p.confidence}", highlight=False)
@@ -426,33 +529,43 @@ def run(argv: list[str] | None = None) -> int:
         profile = load_explanation(args.profile)
     except (ValueError, KeyError, OSError) as exc:
         raise UsageError(f"--profile {args.profile}: not an explain.json ({exc})") from None
+    if args.samples_per_step is not None and args.samples_per_step < 1:
+        raise UsageError(f"--samples-per-step {args.samples_per_step}: needs at least 1")
     source = load_card(args.source_model)
     step_us = args.source_step_ms * 1e3 if args.source_step_ms else _unprofiled_step_us(args.profile)
     prices = _prices(args.price)
+    out = cli.output_dir(args.out, "prediction") if args.out else None
     if args.validate:
-        published = json.loads(args.validate.read_text(encoding="utf-8"))
-        rows, reference = validate(profile, source, published, samples_per_step=args.samples_per_step,
-                                   source_step_us=step_us)
-        text = validation_table(rows, reference)
+        try:
+            published = json.loads(args.validate.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--validate {args.validate}: cannot read it ({exc})") from None
+        text = validation_table(validate(profile, source, published, source_step_us=step_us), source.name)
         print(text)
-        if args.out:
-            out = cli.output_dir(args.out, "prediction-validation")
+        if out:
             (out / "prediction-validation.txt").write_text(text + "\n", encoding="utf-8")
         if not args.target:
             return 0
     predictions = []
     for spec in args.target:
         target = load_card(spec)
-        predictions.append(predict(profile, source.model, target.model, target.facts,
-                                   samples_per_step=args.samples_per_step, source_facts=source.facts,
-                                   peak_memory_gb=args.peak_memory_gb, source_step_us=step_us,
-                                   source_name=source.name, target_name=target.name))
+        peak = args.peak_memory_gb * 1e9 if args.peak_memory_gb else None
+        predictions.append(predict(profile, source.model, target.model, samples_per_step=args.samples_per_step,
+                                   peak_memory_bytes=peak, source_step_us=step_us, source_name=source.name,
+                                   target_name=target.name))
     predictions.sort(key=lambda p: -p.throughput)
+    documents = [p.to_dict() | ({"eur_per_hour": prices[p.target], "samples_per_eur": samples_per_eur(p, prices)}
+                                if p.target in prices else {}) for p in predictions]
     if args.json:
-        print(json.dumps([p.to_dict() | ({"eur_per_hour": prices[p.target]} if p.target in prices else {})
-                          for p in predictions], indent=1))
+        print(json.dumps(documents, indent=1))
     else:
         _print_table(predictions, prices)
+    if out:
+        from pygpuperf.report.predict_report import write_prediction_report
+
+        (out / "prediction.json").write_text(json.dumps(documents, indent=1) + "\n", encoding="utf-8")
+        written = write_prediction_report(predictions, prices, out)
+        print("wrote " + ", ".join(str(p) for p in [out / "prediction.json", *written]), file=sys.stderr)
     return 0
 
 

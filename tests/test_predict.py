@@ -9,10 +9,11 @@ import pytest
 
 from pygpuperf.explain import attribution
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC
-from pygpuperf.explain.explainer import ExplainedStep, Explanation
+from pygpuperf import datasheets
+from pygpuperf.explain.explainer import ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import MEMORY_BOUND, TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall
-from pygpuperf.predict import predict, runs_as
-from pygpuperf.results import Ceiling, MachineModel
+from pygpuperf.predict import dram_efficiency, predict, runs_as
+from pygpuperf.results import Ceiling, MachineModel, Stats
 
 
 def _model(hbm: float = 1000.0, fp16_acc32: float = 100.0, bf16: bool = True, name: str = "m") -> MachineModel:
@@ -89,17 +90,78 @@ def test_bf16_on_a_card_without_bf16_runs_as_fp16_with_a_note():
     assert "substitute dtype" in p.confidence
 
 
-def test_capacity_notes():
-    small = {"memory_gb": 16}
-    assert any("does not fit" in n and "40 GB" in n for n in
-               predict(_profile(), _model(), _model(), small, peak_memory_gb=40).notes)
-    assert not any("does not fit" in n for n in predict(_profile(), _model(), _model(), small, peak_memory_gb=8).notes)
-    assert any("peak memory of the profile unknown" in n for n in predict(_profile(), _model(), _model(), small).notes)
+def _with_throughput(profile: Explanation, batch: int = 256, peak_gb: float | None = None,
+                     resident_gb: float | None = None) -> Explanation:
+    step_us = Stats(10000.0, 10000.0, 10000.0, 10000.0, 0.0, 10)
+    profile.throughput = Throughput(step_us, batch, peak_gb * 1e9 if peak_gb else None,
+                                    resident_gb * 1e9 if resident_gb else None)
+    return profile
 
 
-def test_smaller_l2_is_reported():
-    p = predict(_profile(), _model(), _model(), {"l2_mib": 6}, source_facts={"l2_mib": 50})
-    assert any("L2 6 MiB < source 50 MiB" in n for n in p.notes)
+def _with_memory(model: MachineModel, gb: float) -> MachineModel:
+    model.capacity["memory"] = Ceiling(gb * 1e9, "B", "t", "t")
+    return model
+
+
+def test_a_step_that_does_not_fit_is_predicted_at_the_largest_batch_that_does():
+    # 4 GB resident + 36 GB of activations at batch 256 (0.140625 GB per sample); the target has 16 GB
+    profile = _with_throughput(_profile(), batch=256, peak_gb=40.0, resident_gb=4.0)
+    for record in profile.median.kernels:
+        record.phase = "forward"  # both kernels grow with the batch
+    p = predict(profile, _model(), _with_memory(_model(), 16.0))
+    assert p.samples_per_step == 85  # (16 - 4) / 0.140625 = 85.3
+    assert p.source_samples_per_step == 256
+    scale = 85 / 256
+    assert p.step_us == pytest.approx(6000.0 * scale + 4000.0)  # kernels scale, idle (4 ms) does not
+    assert p.throughput == pytest.approx(85 / (p.step_us * 1e-6))
+    assert any("does not fit" in n and "batch 85" in n for n in p.notes)
+    # Enough memory: the profiled batch; unknown peak: said so.
+    assert predict(profile, _model(), _with_memory(_model(), 80.0)).samples_per_step == 256
+    assert any("peak memory of the profile unknown" in n for n in predict(_profile(), _model(), _model()).notes)
+    # Weights and state alone too big: no batch fits, and the note says so.
+    tiny = predict(profile, _model(), _with_memory(_model(), 3.0))
+    assert any("alone do not fit" in n for n in tiny.notes)
+
+
+def test_a_kernel_that_fits_only_the_source_l2_is_priced_at_the_source_dram_efficiency():
+    source, target = _model(), _model()
+    source.capacity["l2"] = Ceiling(50e6, "B", "t", "t")
+    target.capacity["l2"] = Ceiling(6e6, "B", "t", "t")
+    big = KernelRecord("copy_big", start_us=0.0, duration_us=250.0, kernel_class=MEMORY_BOUND, bytes=200e6)  # 80 %
+    small = KernelRecord("add_small", start_us=300.0, duration_us=10.0, kernel_class=MEMORY_BOUND, bytes=20e6)  # 200 %
+    line = Timeline(wall_us=310.0, busy_us=260.0, idle=Idle(host_bound_us=50.0))
+    step = ExplainedStep(0, [big, small], line, Waterfall(0, {}, 310.0, 0, 1), [])
+    profile = Explanation("synthetic", [step], step)
+    assert dram_efficiency(profile.median.kernels, source) == pytest.approx(0.8)
+    p = predict(profile, source, target)
+    # small: 20 us at the target's DRAM over 0.8, instead of its L2-assisted 10 us
+    assert _by(p, MEMORY_BOUND) == pytest.approx((260.0, 250.0 + 20.0 / 0.8))
+    assert any("fit the source's L2 but not the target's" in n for n in p.notes)
+    # A target with an L2 as large keeps the measured efficiency.
+    target.capacity["l2"] = Ceiling(50e6, "B", "t", "t")
+    assert _by(predict(profile, source, target), MEMORY_BOUND) == pytest.approx((260.0, 260.0))
+
+
+def test_validation_takes_ratios_inside_each_group():
+    from pygpuperf.predict import Card, validate
+
+    source = Card("h200", datasheets.machine_model("h200-sxm"))
+    published = {"reference": "a100-sxm4-80gb", "figures": [
+        {"card": "a100-sxm4-80gb", "samples_per_s": 2000, "group": "g1"},
+        {"card": "v100-sxm2", "samples_per_s": 1000, "group": "g1"},
+        {"card": "v100-16gb", "priced_as": "v100-sxm2", "samples_per_s": 500, "group": "g2"},
+        {"card": "rtx3090", "samples_per_s": 1000, "group": "g2"},
+        {"card": "quadro-x", "samples_per_s": 9, "group": "g2"},
+        {"card": "rtx3090", "samples_per_s": 1, "group": "g2", "precision": "fp32"}]}
+    groups = validate(_with_throughput(_profile()), source, published)
+    assert [g.name for g in groups] == ["g1", "g2"]
+    g1, g2 = groups
+    assert g1.reference == "a100-sxm4-80gb" and [r.card for r in g1.rows] == ["v100-sxm2"]
+    assert g1.rows[0].published_ratio == 0.5
+    assert g2.reference == "v100-16gb" and g2.skipped == ["quadro-x"]  # no a100 in g2: its first card
+    assert g2.rows[0].published_ratio == 2.0  # the fp32 figure is left out
+    v100 = next(r for r in g1.rows if r.card == "v100-sxm2")
+    assert g2.rows[0].predicted_ratio == pytest.approx(g2.rows[0].predicted / v100.predicted)
 
 
 def test_confidence_names_the_dominant_part():
@@ -133,3 +195,22 @@ def test_cli_json_ranks_targets(tmp_path, capsys):
     assert [p["target"] for p in out] == ["h100-sxm", "v100-sxm2"]
     assert out[0]["ratio_to_source"] > 1 > out[1]["ratio_to_source"]
     assert out[0]["eur_per_hour"] == 2.5
+
+
+def test_cli_out_writes_json_chart_and_page(tmp_path):
+    import json
+
+    from pygpuperf.predict import run
+
+    profile = tmp_path / "explain.json"
+    profile.write_text(json.dumps(_with_throughput(_profile(), batch=128).to_dict()), encoding="utf-8")
+    out = tmp_path / "out"
+    assert run(["--profile", str(profile), "--source-model", "datasheet:h200-sxm", "--target", "datasheet:rtx3090",
+                "--target", "datasheet:a100-sxm4-80gb", "--price", "rtx3090=0.3", "--out", str(out)]) == 0
+    doc = json.loads((out / "prediction.json").read_text())
+    assert [d["target"] for d in doc] == ["a100-sxm4-80gb", "rtx3090"]
+    assert doc[0]["samples_per_step"] == 128  # the profile's batch
+    assert doc[1]["samples_per_eur"] == pytest.approx(doc[1]["throughput_per_s"] * 3600 / 0.3)
+    assert (out / "prediction.png").stat().st_size > 10_000
+    page = (out / "prediction.html").read_text()
+    assert "Predicted on other cards" in page and "rtx3090" in page and "<script" not in page

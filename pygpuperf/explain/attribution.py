@@ -123,14 +123,15 @@ def _collective_key(name: str) -> str | None:
     return next((key for token, key in _COLLECTIVES if token in flat), None)
 
 
-def _bound(flops: float, compute: tuple[str, Ceiling] | None, memory: tuple[float, str] | None) -> tuple[float, str]:
-    """max(compute term, memory term); `memory` is (µs, "table:key") from :func:`memory_term` or a link."""
+def _terms(flops: float, compute: tuple[str, Ceiling] | None,
+           memory: tuple[float, str] | None) -> list[tuple[float, str]]:
+    """The compute term (FLOPs at the ceiling) and the memory term (from :func:`memory_term` or a link)."""
     terms = []
     if flops > 0 and compute is not None:
         terms.append((_seconds_us(flops, compute[1]), f"compute:{compute[0]}"))
     if memory is not None:
         terms.append(memory)
-    return max(terms) if terms else (0.0, "")
+    return terms
 
 
 def memory_term(nbytes: float, model: MachineModel, cache_aware: bool = True) -> tuple[float, str] | None:
@@ -153,6 +154,34 @@ def memory_term(nbytes: float, model: MachineModel, cache_aware: bool = True) ->
     return _seconds_us(nbytes, main), f"memory:{dram}"
 
 
+def kernel_terms(record: KernelRecord, model: MachineModel, cache_aware: bool = True) -> list[tuple[float, str]]:
+    """The roofline terms of one kernel as (µs, "table:key"): what its FLOPs and its bytes take at the
+    ceilings of its class and precision (see :func:`kernel_bound`); empty when it has no bound."""
+    cls = record.kernel_class
+    precision = _precision(record)
+    memory = memory_term(record.bytes, model, cache_aware)
+    if cls in _MATH:
+        if record.flops <= 0:
+            return []
+        compute = _first(model.compute, _tensor_keys(precision) if cls == TENSOR_GEMM else _cuda_keys(precision))
+        return _terms(record.flops, compute, memory) if compute is not None else []
+    if cls in (MEMORY_BOUND, LAYOUT):
+        return [] if memory is None else _terms(record.flops, _first(model.compute, ["cuda.fp32"]), memory)
+    if cls == MEMCPY:
+        if record.bytes <= 0:
+            return []
+        link = _link_key(record.name, model)
+        if link is not None:
+            return [(_seconds_us(record.bytes / 2, model.links[link]), f"links:{link}")]
+        return [] if memory is None else [memory]
+    if cls == COMMUNICATION:
+        key = _collective_key(record.name)
+        if record.bytes <= 0 or key is None or key not in model.communication:
+            return []
+        return [(_seconds_us(record.bytes, model.communication[key]), f"communication:{key}")]
+    return []
+
+
 def kernel_bound(record: KernelRecord, model: MachineModel, cache_aware: bool = True) -> tuple[float | None, str]:
     """(roofline lower bound in µs, the ceiling that set it as "table:key") of one kernel.
 
@@ -169,33 +198,8 @@ def kernel_bound(record: KernelRecord, model: MachineModel, cache_aware: bool = 
     No bound (None, ""): class "other", a kernel whose limiting work is unknown
     (no FLOPs for a math class, no bytes for the others), or a model without the ceiling.
     """
-    cls = record.kernel_class
-    precision = _precision(record)
-    memory = memory_term(record.bytes, model, cache_aware)
-    if cls in _MATH:
-        if record.flops <= 0:
-            return None, ""
-        compute = _first(model.compute, _tensor_keys(precision) if cls == TENSOR_GEMM else _cuda_keys(precision))
-        if compute is None:
-            return None, ""
-        return _bound(record.flops, compute, memory)
-    if cls in (MEMORY_BOUND, LAYOUT):
-        if memory is None:
-            return None, ""
-        return _bound(record.flops, _first(model.compute, ["cuda.fp32"]), memory)
-    if cls == MEMCPY:
-        if record.bytes <= 0:
-            return None, ""
-        link = _link_key(record.name, model)
-        if link is not None:
-            return _bound(0.0, None, (_seconds_us(record.bytes / 2, model.links[link]), f"links:{link}"))
-        return (None, "") if memory is None else _bound(0.0, None, memory)
-    if cls == COMMUNICATION:
-        key = _collective_key(record.name)
-        if record.bytes <= 0 or key is None or key not in model.communication:
-            return None, ""
-        return _bound(0.0, None, (_seconds_us(record.bytes, model.communication[key]), f"communication:{key}"))
-    return None, ""
+    terms = kernel_terms(record, model, cache_aware)
+    return max(terms) if terms else (None, "")
 
 
 def tensor_bound(record: KernelRecord, model: MachineModel) -> tuple[float | None, str]:
@@ -206,7 +210,7 @@ def tensor_bound(record: KernelRecord, model: MachineModel) -> tuple[float | Non
     compute = _first(model.compute, _tensor_keys(_precision(record) or "fp32"))
     if compute is None:
         return kernel_bound(record, model)
-    return _bound(record.flops, compute, memory_term(record.bytes, model))
+    return max(_terms(record.flops, compute, memory_term(record.bytes, model)))
 
 
 def assign_bounds(records: Sequence[KernelRecord], model: MachineModel) -> list[KernelRecord]:
