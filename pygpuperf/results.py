@@ -236,8 +236,8 @@ class MachineModel:
     capacity: dict[str, Ceiling] = field(default_factory=dict)  # "l2", "memory" -> bytes
 
     def fill_capacity(self, device_meta: dict[str, Any], source: str = "device properties") -> None:
-        """L2 and memory sizes in bytes from a run's meta.device (l2_cache_bytes, memory_bytes)."""
-        for key, meta_key in (("l2", "l2_cache_bytes"), ("memory", "memory_bytes")):
+        """Cache and memory sizes in bytes from a run's meta.device (l2_cache_bytes, l3_cache_bytes, memory_bytes)."""
+        for key, meta_key in (("l2", "l2_cache_bytes"), ("l3", "l3_cache_bytes"), ("memory", "memory_bytes")):
             value = device_meta.get(meta_key)
             if value:
                 self.capacity[key] = Ceiling(float(value), "B", source, "")

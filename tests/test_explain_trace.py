@@ -234,8 +234,18 @@ def test_cpu_capture_steps(cpu_capture):
     assert [s.index for s in cap.steps] == [0, 1]
     s0, s1 = cap.steps
     assert s0.start_us < s0.end_us == s1.start_us < s1.end_us
-    assert s0.host_start_us == s0.start_us  # no kernels: the window follows the host ranges
-    assert all(not s.kernels for s in cap.steps)
+    assert s0.host_start_us == s0.start_us  # no device: the window follows the host ranges
+    # Without device kernels the records are the ops with cost rules, outermost only, so they never overlap.
+    for step in cap.steps:
+        ends = [(r.start_us, r.end_us) for r in sorted(step.kernels, key=lambda r: r.start_us)]
+        assert all(a_end <= b_start + 1e-3 for (_, a_end), (b_start, _) in zip(ends, ends[1:]))
+        convs = [r for r in step.kernels if r.op == "aten::conv2d"]
+        assert [(r.module, r.phase, r.kernel_class) for r in convs] == [("conv1", "forward", "cuda_math"),
+                                                                        ("conv2", "forward", "cuda_math")]
+        assert convs[0].input_shapes[:2] == [[2, 3, 8, 8], [4, 3, 3, 3]]
+        assert any(r.kernel_class == "memory_bound" and r.op == "aten::relu" for r in step.kernels)
+        assert any(r.phase == "backward" and r.op == "aten::convolution_backward" for r in step.kernels)
+        assert not any(r.op == "aten::convolution" for r in step.kernels)  # inside conv2d: part of its time
     # The hooks are gone after the capture.
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
 

@@ -38,6 +38,7 @@ WATERFALL_PARTS = (PART_TENSOR, PART_MEMORY, PART_FALLBACK, PART_LAYOUT, PART_ME
                    IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC)
 UNEXPLAINED = "unexplained"
 
+_CACHE_LEVELS = ("l2", "l3")
 # A kernel faster than its bound by more than this factor has a wrong FLOP or byte count.
 SELF_CHECK_MARGIN = 1.05
 
@@ -85,12 +86,13 @@ def _tensor_keys(precision: str) -> list[str]:
 
 
 def _cuda_keys(precision: str) -> list[str]:
+    """Non-tensor math ceilings: the GPU's CUDA cores, else a CPU's SIMD units, else the BLAS library figure."""
     dtype = _dtype(precision) if precision else "fp32"
     if dtype in ("fp16", "bf16"):
-        return [f"cuda.{dtype}x2", "cuda.fp32", "library.fp32"]
+        return [f"cuda.{dtype}x2", "cuda.fp32", "simd.fp32", "library.fp32"]
     if dtype == "fp64":
-        return ["cuda.fp64"]
-    return ["cuda.fp32", "library.fp32"]
+        return ["cuda.fp64", "simd.fp64"]
+    return ["cuda.fp32", "simd.fp32", "library.fp32"]
 
 
 def _first(table: dict[str, Ceiling], keys: Sequence[str]) -> tuple[str, Ceiling] | None:
@@ -146,11 +148,14 @@ def memory_term(nbytes: float, model: MachineModel, cache_aware: bool = True) ->
     if dram is None or nbytes <= 0:
         return None
     main = model.memory[dram]
-    l2, capacity = model.memory.get("l2"), model.capacity_bytes("l2")
-    if cache_aware and l2 is not None and capacity and l2.value > main.value:
+    # The last-level cache with a known size and a ceiling above main memory's: L2 on GPUs, L3 on CPUs.
+    caches = [(model.capacity_bytes(k), k) for k in _CACHE_LEVELS
+              if model.capacity_bytes(k) and k in model.memory and model.memory[k].value > main.value]
+    if cache_aware and caches:
+        capacity, level = max(caches)
         cached = min(nbytes, capacity)
-        us = _seconds_us(cached, l2) + _seconds_us(nbytes - cached, main)
-        return us, "memory:l2" if nbytes <= capacity else f"memory:l2+{dram}"
+        us = _seconds_us(cached, model.memory[level]) + _seconds_us(nbytes - cached, main)
+        return us, f"memory:{level}" if nbytes <= capacity else f"memory:{level}+{dram}"
     return _seconds_us(nbytes, main), f"memory:{dram}"
 
 
@@ -188,8 +193,8 @@ def kernel_bound(record: KernelRecord, model: MachineModel, cache_aware: bool = 
     The ceilings by class: tensor_gemm ``tensor.<precision>`` (``library.<dtype>`` where no
     instruction-level figure was measured); cuda_math ``cuda.<dtype>`` (fp16/bf16 as
     ``cuda.<dtype>x2``), falling back to ``cuda.fp32`` and ``library.fp32``;
-    memory_bound and layout the memory system for bytes (:func:`memory_term`: L2 for what
-    fits in it, main memory for the rest) and ``cuda.fp32`` for FLOPs; memcpy_memset the
+    memory_bound and layout the memory system for bytes (:func:`memory_term`: the last-level
+    cache for what fits in it, main memory for the rest) and ``cuda.fp32`` for FLOPs; memcpy_memset the
     same, or the link for a host copy, whose payload is half the copy's bytes (the copy
     counts it read and written); communication the collective's ``communication`` ceiling,
     with bytes as nccl-tests' bus bytes (:func:`pygpuperf.explain.costs.collective_cost`).

@@ -435,6 +435,16 @@ def op_cost(op: str, input_shapes: Sequence[Any], dtypes: Sequence[Any],
     return OpCost(float(rule.flops), float(total), formula)
 
 
+def has_rule(op: str) -> bool:
+    """Whether aten `op` has a FLOP and byte rule (views and allocations included)."""
+    return _handler(_base_name(op)) is not None
+
+
+def is_math_op(op: str) -> bool:
+    """Whether aten `op` is a GEMM, convolution or attention (what tensor cores or BLAS would run)."""
+    return _handler(_base_name(op)) in _MATH_HANDLERS
+
+
 def _handler(op: str) -> Callable[[_Call], _Rule] | None:
     if op in _HANDLERS:
         return _HANDLERS[op]
@@ -1175,3 +1185,6 @@ _HANDLERS: dict[str, Callable[[_Call], _Rule]] = {
     "_fused_adam_": _fused_adam, "_fused_adamw_": _fused_adam, "_fused_sgd_": _fused_sgd,
     "_amp_foreach_non_finite_check_and_unscale_": _unscale,
 }
+
+_MATH_HANDLERS = {_mm, _addmm, _bmm, _baddbmm, _scaled_mm, _matmul, _linear, _convolution, _convolution_backward,
+                  _sdpa, _flash_efficient}

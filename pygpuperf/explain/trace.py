@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pygpuperf.explain.classify import KernelContext, MathSettings, classify
-from pygpuperf.explain.model import KernelRecord
+from pygpuperf.explain.model import CUDA_MATH, MEMORY_BOUND, KernelRecord
 
 STEP_RANGE = "pygpuperf::step"
 MODULE_PREFIX = "module::"
@@ -377,6 +377,8 @@ def steps_from_chrome_trace(
         out[step.index].kernels.append(record)
         out[step.index].kernel_ops.append(host_ops.get(id(op)) if op is not None else None)
 
+    if not any(e.cat in _DEVICE_CATEGORIES for e in events):
+        _host_op_records(host, locate, seq_module, out)
     _set_windows(out)
     for ev in host:
         if ev.cat in _LAUNCH_CATEGORIES and _SYNC_CALLS.match(ev.name):
@@ -387,6 +389,34 @@ def steps_from_chrome_trace(
                 if ev.ts < hi and ev.end > lo:
                     trace_step.syncs.append((ev.ts, ev.end))
     return out
+
+
+def _host_op_records(host: list[_Event], locate: _Locator, seq_module: dict[int, str], out: list[StepTrace]) -> None:
+    """Records of a run with no device kernels (a CPU): each op the cost rules know, outermost first
+    (an enclosed op with a rule is part of its caller's time), classified by what it computes. Time
+    outside such ops is the framework's own work, which the timeline counts as host-bound."""
+    from pygpuperf.explain import costs
+
+    for ev in host:
+        if ev.cat != "cpu_op" or ev.name.startswith(_BACKWARD_PREFIX) or not costs.has_rule(ev.name):
+            continue
+        step = locate(ev.ts)
+        if step is None:
+            continue
+        phase, module, ops = _context(ev, step, seq_module)
+        if any(costs.has_rule(o.name) for o in ops[1:]):
+            continue
+        args = ev.args
+        record = KernelRecord(
+            name=ev.name, start_us=ev.ts, duration_us=ev.dur, stream=int(ev.tid) if isinstance(ev.tid, int) else 0,
+            launch_us=ev.ts, op=ev.name, module=module, phase=phase, input_shapes=_input_shapes(args),
+            dtypes=[_dtype(t) for t in args.get("Input type", [])],
+            input_strides=list(args.get("Input Strides", []) or []),
+            concrete_inputs=list(args.get("Concrete Inputs", []) or []), op_call_id=args.get("External id", id(ev)),
+        )
+        record.kernel_class = CUDA_MATH if costs.is_math_op(ev.name) else MEMORY_BOUND
+        out[step.index].kernels.append(record)
+        out[step.index].kernel_ops.append(None)
 
 
 def _set_windows(steps: list[StepTrace]) -> None:
