@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "torch for the rest")
     p.add_argument("--model", help="workload to place on the roofline, or 'none'")
     p.add_argument("--batch-size", type=int, help="model batch size")
+    p.add_argument("--predict", nargs="+", metavar="CARD",
+                   help="datasheet cards to predict the explained model on (e.g. a100-sxm4-80gb rtx3090), "
+                        "into explain/ and report.html")
     p.add_argument("--samples", type=int, help="timed samples per probe")
     p.add_argument("--json", action="store_true", help="print results JSON to stdout (summary goes to stderr)")
     return p
@@ -166,7 +169,34 @@ def _explain_model(name: str, args: argparse.Namespace, device, results: Results
     found = findings.explain_findings(explanation, settings, results.machine_model)
     results.findings += found
     console.print("\n".join([f"explained step of {name}:", *explainer.summary_lines(explanation)]), highlight=False)
-    return written, [explain_section_html(explanation, results)]
+    sections = [explain_section_html(explanation, results)]
+    if args.predict:
+        paths, section = _predict_model(explanation, results, args.predict, folder, console)
+        written += paths
+        sections.append(section)
+    return written, sections
+
+
+def _predict_model(explanation, results: Results, cards: list[str], folder: Path,
+                   console: Console) -> tuple[list[Path], str]:
+    """The explained step re-priced on datasheet cards: prediction.json/png/html beside explain.json."""
+    import json
+
+    from pygpuperf import predict
+    from pygpuperf.report.predict_report import prediction_section_html, write_prediction_report
+
+    source = str(results.meta.get("device", {}).get("name", "this device"))
+    predictions = sorted((predict.predict(explanation, results.machine_model, card.model, source_name=source,
+                                          target_name=card.name)
+                          for card in (predict.load_card(predict.DATASHEET_PREFIX + c) for c in cards)),
+                         key=lambda p: -p.throughput)
+    (folder / "prediction.json").write_text(json.dumps([p.to_dict() for p in predictions], indent=1) + "\n",
+                                            encoding="utf-8")
+    for p in predictions:
+        console.print(f"predicted on {p.target}: {p.throughput:,.0f} samples/s ({p.ratio_to_source:.2f}x)",
+                      highlight=False)
+    return [folder / "prediction.json", *write_prediction_report(predictions, {}, folder)], \
+        prediction_section_html(predictions, {})
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -184,6 +214,13 @@ def run(argv: list[str] | None = None) -> int:
     probes = suite.plan(device, args.backend, selection, quick=args.quick) if selection or not asked_ops else []
     ops = _collective_ops(device, selection, asked_ops)
     model_name = _model_name(args, device.type)
+    if args.predict:
+        from pygpuperf import datasheets
+
+        unknown = [c for c in args.predict if c not in datasheets.card_keys()]
+        if unknown or not model_name:
+            raise UsageError(f"--predict {' '.join(unknown)}: unknown card; choose from {', '.join(datasheets.card_keys())}"
+                             if unknown else "--predict needs a model to explain; drop --model none")
     out = _out_dir(args, device)
 
     results = Results(meta=meta.collect(device, ["pygpuperf.roofline", *argv]))

@@ -92,6 +92,16 @@ def test_default_cpu_run_is_complete_and_under_three_minutes(tmp_path):
     assert w.attainable_tflops is not None and 0 < w.fraction_of_attainable <= 3
     assert (out / "roofline.png").exists()
     assert "Findings" in proc.stdout or "ridge point" in proc.stdout
+    # The model's step is explained after the probes: its ops carry the step, and report.html shows it.
+    explained = json.loads((out / "explain" / "explain.json").read_text())
+    assert explained["waterfall"]["coverage"] >= 0.9 and explained["kernels"]
+    assert explained["throughput"]["samples_per_step"] == int(w.params["batch_size"])
+    assert 'id="explain"' in (out / "report.html").read_text()
+
+
+def test_predict_needs_known_cards_and_a_model():
+    _assert_usage_error(_cli("--device", "cpu", "--predict", "rtx9999"), "rtx9999", "rtx3090")
+    _assert_usage_error(_cli("--device", "cpu", "--model", "none", "--predict", "rtx3090"), "--predict", "--model none")
 
 
 def test_ctrl_c_keeps_what_was_measured(tmp_path):
