@@ -3,21 +3,10 @@
 #   PART=ab  bash benchmarks/device_explain.sh   # default explain timed, GPU explain tests, three A/B pairs, batch sweep
 #   PART=zoo bash benchmarks/device_explain.sh   # every registered workload explained (benchmarks/explain_zoo.py)
 # MODEL names the results.json whose machine model the runs are held against.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-$PWD/device-out}"
+source "$(dirname "$0")/device_env.sh"
 MODEL="${MODEL:-benchmarks/results/nvidia-h200_2026-11-30_compute-transfers_results.json}"
 work="$OUT/explain-$PART"
 mkdir -p "$work"
-log="$OUT/device_log.txt"
-export PYTHONUNBUFFERED=1 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-export PATH="$CUDA_HOME/bin:$PATH"
-step() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$log"; }
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >>"$log" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
 step "build"
 PYGPUPERF_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -e . >>"$log" 2>&1 || {
   echo "build failed"; tail -40 "$log"; exit 1; }

@@ -5,21 +5,8 @@
 #
 #   bash benchmarks/device_run.sh [extra roofline flags...]
 #   RUN_TESTS=0 bash benchmarks/device_run.sh   # skip the GPU tests (already run on this tree)
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-$PWD/device-out}"
+source "$(dirname "$0")/device_env.sh"
 mkdir -p "$OUT/extras"
-log="$OUT/device_log.txt"
-export PYTHONUNBUFFERED=1 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-export PATH="$CUDA_HOME/bin:$PATH"
-
-step() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$log"; }
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  step "carried wheels"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >>"$log" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
 
 step "environment"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,ecc.mode.current \

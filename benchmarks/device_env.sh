@@ -1,0 +1,17 @@
+# Sourced by the device scripts: repo root, $OUT and its log, CUDA on PATH, carried wheels, step().
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT="${OUT:-$PWD/device-out}"
+mkdir -p "$OUT"
+log="$OUT/device_log.txt"
+export PYTHONUNBUFFERED=1 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export PATH="$CUDA_HOME/bin:$PATH"
+
+step() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$log"; }
+
+# Wheels missing from the machine's image travel in .whl/.
+if compgen -G ".whl/*.whl" >/dev/null; then
+  step "carried wheels"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >>"$log" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
