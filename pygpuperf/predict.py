@@ -231,6 +231,10 @@ def _confidence(waterfall: Sequence[CategoryChange], source: MachineModel, targe
     return sentence
 
 
+def _has_gpu_math(model: MachineModel) -> bool:
+    return any(key.startswith(("cuda.", "tensor.")) for key in model.compute)
+
+
 def _fitting_batch(batch: int, peak: float | None, resident: float | None, capacity: float | None) -> int | None:
     """The largest batch whose memory fits `capacity` when memory = resident + per-sample x batch
     (activations grow with the batch; weights, optimizer state and data buffers do not); None: the
@@ -290,6 +294,9 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     idle = {IDLE_HOST: line.idle.host_bound_us, IDLE_LAUNCH: line.idle.launch_gap_us, IDLE_SYNC: line.idle.sync_us}
     unexplained = line.wall_us - sum(source_cat.values()) - sum(idle.values())
 
+    if not _has_gpu_math(source) and _has_gpu_math(target):
+        text.append("the profile comes from a CPU: its math ops are priced on the target's CUDA cores in their own "
+                    "dtype, while a GPU run would put convolutions and matmuls on tensor cores (TF32, FP16, BF16)")
     fit = _fitting_batch(batch, peak_memory_bytes, resident_memory_bytes, target.capacity_bytes("memory"))
     predicted_batch = batch
     if fit is not None:

@@ -220,3 +220,20 @@ def test_h200_channels_last_idles_more_at_batch_64():
     # On a half-rate card the same AMP step would draw the accumulate finding.
     half = findings.explain_findings(e256, s256, model(acc32=440.0, acc16=880.0))
     assert "25.3% of the step" in by_title(half, "accumulating in FP32").title
+
+
+def test_memory_findings_name_a_batch_that_did_not_fit_and_estimate_one_that_would():
+    from pygpuperf.explain.explainer import Throughput
+    from pygpuperf.results import Stats
+
+    step = explained([kernel("tensor_gemm", 100.0, "aten::mm", "fp16.acc32", bound=60.0)])
+    halved = by_title(findings.explain_findings(step, {"batch_size_requested": "512", "batch_size": "256"}, model()),
+                      "does not fit")
+    assert halved.severity == "warning" and "batch 256" in halved.title
+    m = model()
+    m.capacity["memory"] = Ceiling(80e9, "B", "test", "")
+    step.throughput = Throughput(Stats(100.0, 100.0, 100.0, 100.0, 0.0, 5), 256, peak_memory_bytes=20e9,
+                                 resident_memory_bytes=4e9)
+    estimate = by_title(findings.explain_findings(step, {"batch_size": "256"}, m), "would fit")
+    assert "about 1216 samples" in estimate.title  # (80 - 4) GB / (16 GB / 256)
+    assert estimate.evidence["batch_that_fits"] == 1216

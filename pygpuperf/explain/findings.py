@@ -135,8 +135,36 @@ def _idle(timeline: Timeline, wall: float, settings: Mapping[str, Any] | None) -
         f"of {_ms(wall)} ms).",
         {"host_bound_us": timeline.idle.host_bound_us, "launch_gap_us": timeline.idle.launch_gap_us,
          "step_us": wall, "share": round(host / wall, 4), "batch_size": (settings or {}).get("batch_size")},
-        "The host cannot launch kernels as fast as the GPU runs them: " + "; ".join(remedies) + ". The profiler "
-        "adds host time per op, so an unprofiled step loses somewhat less.")
+        "The host cannot launch kernels as fast as the GPU runs them: " + "; ".join(remedies) + "."
+        + (" The idle time is against the step timed without the profiler (its overhead is taken off)."
+           if timeline.profiler_overhead_us > 0 else
+           " The profiler adds host time per op, so an unprofiled step loses somewhat less."))
+
+
+def _memory(explanation: Explanation, settings: Mapping[str, Any] | None, model: MachineModel | None) -> Finding | None:
+    """A requested batch that did not fit (the workload fell back to a smaller one), else how large a batch would."""
+    settings = settings or {}
+    requested, ran = settings.get("batch_size_requested"), settings.get("batch_size")
+    if requested not in (None, "") and ran not in (None, "") and str(requested) != str(ran):
+        return Finding(
+            "warning", f"A batch of {requested} does not fit in memory: the step ran at batch {ran}.",
+            {"batch_size_requested": requested, "batch_size": ran},
+            "Reach the larger batch with gradient accumulation, activation checkpointing or AMP (half the "
+            "activation bytes), or a card with more memory.")
+    t = explanation.throughput
+    capacity = model.capacity_bytes("memory") if model is not None else None
+    if t is None or not t.peak_memory_bytes or not t.resident_memory_bytes or not capacity \
+            or t.peak_memory_bytes <= t.resident_memory_bytes:
+        return None
+    per_sample = (t.peak_memory_bytes - t.resident_memory_bytes) / t.samples_per_step
+    fits = int((capacity - t.resident_memory_bytes) // per_sample)
+    return Finding(
+        "info", f"The step peaks at {t.peak_memory_bytes / 1e9:.1f} GB of the card's {capacity / 1e9:.0f} GB "
+        f"({_pct(t.peak_memory_bytes / capacity)}) at batch {t.samples_per_step}: about {fits} samples would fit.",
+        {"peak_memory_bytes": t.peak_memory_bytes, "resident_memory_bytes": t.resident_memory_bytes,
+         "memory_bytes": capacity, "bytes_per_sample": per_sample, "batch_that_fits": fits},
+        "Estimated as resident memory (weights, optimizer state, data) plus activations growing linearly with the "
+        "batch; --batch-sweep measures the largest batch that runs.")
 
 
 def _sync(timeline: Timeline, wall: float) -> Finding | None:
@@ -307,6 +335,7 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
         _acc32_half_rate(records, shares, wall, model),
         _memory_bound(records, shares, model),
         _cudnn_benchmark(records, shares, wall, settings),
+        _memory(explanation, settings, model),
     ]
     return sorted((f for f in found if f is not None), key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
 
