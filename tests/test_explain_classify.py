@@ -102,7 +102,8 @@ def test_classify_all_sets_the_fields():
 def test_every_rule_is_reached_by_the_fixture():
     # A rule no fixture name reaches is either dead or untested.
     reached = set()
-    for e in KERNELS:
+    zoo = json.loads((Path(__file__).parent / "fixtures" / "kernel_names_h200_zoo.json").read_text())["kernels"]
+    for e in [*KERNELS, *zoo]:
         rec = record(e["name"], e["op"], e["dtypes"])
         ctx = KernelContext(op_stack=tuple(e.get("op_stack", ())), layout_copy=e.get("layout_copy", False))
         for i, rule in enumerate(RULES):
@@ -140,3 +141,47 @@ def test_kernels_recorded_on_the_h200_get_the_class_their_names_say():
                 checked += 1
                 break
     assert checked >= 0.9 * len(recorded)
+
+
+# Name -> (class, precision or None for any) for the kernels of every built-in workload on the H200.
+_ZOO_EXPECTATIONS = (
+    (r"nvjet_sm90_hsh", "tensor_gemm", "fp16.acc32"),  # cuBLASLt: half in, single accumulate, half out
+    (r"nvjet_sm90_tst", "tensor_gemm", "bf16.acc32"),  # bfloat16 in and out
+    (r"xmma\w*_f16f16_f16f32", "tensor_gemm", "fp16.acc32"),
+    (r"xmma\w*_bf16bf16_bf16f32", "tensor_gemm", "bf16.acc32"),
+    (r"xmma\w*_tf32f32", "tensor_gemm", "tf32.acc32"),
+    (r"_ffma_", "cuda_math", "fp32"),  # xmma SIMT GEMMs of fp32 without TF32
+    (r"wgrad_alg0_engine|dgrad_engine", "cuda_math", "fp32"),
+    (r"sdpa\w*_(?:fprop|bprop)_wgmma", "tensor_gemm", None),
+    (r"nchwToNhwc|nhwcToNchw|nhwcAddPadding|FoldedNhwc", "layout", None),
+    (r"scalePackedTensor|compute_dot_do_o|convert_dq_to|epilogue::impl", "memory_bound", None),
+    (r"bn_fw|bn_bw|batchnorm|elementwise_kernel|reduce_kernel|multi_tensor_apply|CatArray", "memory_bound", None),
+    (r"^Memcpy|^Memset", "memcpy_memset", None),
+    (r"tensorop_s1688gemm_\d", "tensor_gemm", "tf32.acc32"),  # fp32 data on TF32 tensor cores, as the name says
+    (r"tensorop\w*bf16", "tensor_gemm", "bf16.acc32"),
+    (r"softmax|max_pool|nll_loss|batch_norm_|layer_norm|GammaBeta|SoftMax|gather|embedding|cub::", "memory_bound", None),
+    (r"image_first_layer_f16f16", "tensor_gemm", "fp16.acc32"),
+    (r"convertTensor", "layout", None),
+)
+
+
+def test_kernels_of_every_built_in_workload_get_the_class_their_names_say():
+    import re
+
+    from pygpuperf.explain.model import KernelRecord
+
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "kernel_names_h200_zoo.json").read_text())["kernels"]
+    checked, other = 0, []
+    for k in recorded:
+        record = KernelRecord(name=k["name"], start_us=0.0, duration_us=1.0, op=k["op"], dtypes=k["dtypes"])
+        kernel_class, precision = classify(record)
+        other += [k["name"][:80]] if kernel_class == "other" else []
+        for pattern, expected, expected_precision in _ZOO_EXPECTATIONS:
+            if re.search(pattern, k["name"]):
+                assert kernel_class == expected, f"{k['name'][:120]} ({k['op']}, {k['workload']}): {kernel_class}"
+                if expected_precision is not None:
+                    assert precision == expected_precision, f"{k['name'][:120]} ({k['workload']}): {precision}"
+                checked += 1
+                break
+    assert checked >= 0.9 * len(recorded), checked
+    assert len(other) <= 3, other  # bookkeeping kernels only (offset tables, workspace init)

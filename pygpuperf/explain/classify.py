@@ -198,18 +198,24 @@ def _math_from_dtype(record: KernelRecord, ctx: KernelContext) -> tuple[str, str
 # --- precision resolvers: (record, context, name match) -> (class, precision) ------------------
 
 
+_TENSOR_INSTRUCTION = re.compile(r"tensorop|(?:^|[_:<\s])[shi](?:1688|16816|16832)(?:gemm|fprop|dgrad|wgrad)")
+
+
 def _tensor(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple[str, str]:
     precision, acc = _tensor_types(record.name)
     if precision is None:
         kernel_class, from_dtype = _math_from_dtype(record, ctx)
+        if kernel_class == CUDA_MATH and from_dtype == "fp32" and _TENSOR_INSTRUCTION.search(record.name):
+            return TENSOR_GEMM, "tf32.acc32"  # fp32 data on a kernel named for a tensor-core instruction
         if acc is None or kernel_class != TENSOR_GEMM or not from_dtype:
             return kernel_class, from_dtype
         # The name spells the accumulator (ampere_h16816gemm: fp16) but not the inputs.
         return TENSOR_GEMM, f"{from_dtype.split('.')[0]}.acc{acc}"
     if precision == "fp32":
         # An fp32 operand with no tf32 in the name: torch asks cuBLAS/cuDNN for IEEE fp32
-        # unless TF32 is allowed, so without it this runs on the CUDA cores.
-        if not _fp32_on_tensor_cores(record, ctx):
+        # unless TF32 is allowed, so without it this runs on the CUDA cores. A name that spells a
+        # tensor-core instruction (cutlass_80_tensorop_s1688gemm) ran on them whatever the switches.
+        if not _TENSOR_INSTRUCTION.search(record.name) and not _fp32_on_tensor_cores(record, ctx):
             return CUDA_MATH, "fp32"
         precision = "tf32"
     if precision == "fp64":
@@ -290,6 +296,11 @@ RULES: tuple[Rule, ...] = (
     # Explicit layout kernels: cuDNN/ATen NCHW<->NHWC, transposes, tensor format conversion,
     # im2col-style unfolding for direct convolutions.
     _rule(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHWtoNHWC|NHWCtoNCHW", _fixed(LAYOUT), flags=_I),
+    # cuDNN's channel padding and folded-NHWC conversions around a convolution (H200 traces).
+    _rule(r"nhwcAddPadding|FoldedNhwc", _fixed(LAYOUT), flags=_I),
+    # Streaming helpers inside library ops: cuBLASLt epilogues, cuDNN tensor scaling, and the
+    # dot(dO, O) and dQ conversion passes of cuDNN's attention backward (H200 traces).
+    _rule(r"epilogue::impl::globalKernel|scalePackedTensor|compute_dot_do_o|convert_dq_to", _with_data(MEMORY_BOUND)),
     _rule(r"transpose|convertTensor|permute|im2col|col2im|vol2col|col2vol", _fixed(LAYOUT), flags=_I),
     # Concatenation: a streaming copy of every input (checked before the generic copy rules).
     _rule(r"CatArray|cat_array|CatBatched", _with_data(MEMORY_BOUND), flags=_I),
