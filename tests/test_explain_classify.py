@@ -157,6 +157,7 @@ _ZOO_EXPECTATIONS = (
     (r"scalePackedTensor|compute_dot_do_o|convert_dq_to|epilogue::impl", "memory_bound", None),
     (r"bn_fw|bn_bw|batchnorm|elementwise_kernel|reduce_kernel|multi_tensor_apply|CatArray", "memory_bound", None),
     (r"^Memcpy|^Memset", "memcpy_memset", None),
+    (r"ReduceSplitK", "memory_bound", None),  # split-K partial sums, though their template names a tensor-op GEMM
     (r"tensorop_s1688gemm_\d", "tensor_gemm", "tf32.acc32"),  # fp32 data on TF32 tensor cores, as the name says
     (r"tensorop\w*bf16", "tensor_gemm", "bf16.acc32"),
     (r"softmax|max_pool|nll_loss|batch_norm_|layer_norm|GammaBeta|SoftMax|gather|embedding|cub::", "memory_bound", None),

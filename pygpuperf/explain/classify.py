@@ -259,6 +259,8 @@ RULES: tuple[Rule, ...] = (
     _rule(r"^(?:Memcpy|Memset)\b", _fixed(MEMCPY)),
     # NCCL/RCCL collectives and point-to-point, and torch's symmetric-memory collectives.
     _rule(r"nccl|rccl|(?:one|two)_shot_all_reduce|multimem_all_reduce", _fixed(COMMUNICATION), flags=_I),
+    # CUTLASS split-K reductions: a streaming sum of partial GEMM tiles, whatever GEMM their template names.
+    _rule(r"ReduceSplitK|reduction::kernel::Reduce", _with_data(MEMORY_BOUND)),
     # FFMA kernels of the GEMM libraries (CUTLASS SIMT, xmma ffma): CUDA cores, whatever
     # family name they carry, so this goes before the tensor-core families.
     _rule(r"_simt_(?P<t>[shd])?|ffma|OpClassSimt", _cuda_math),
