@@ -157,6 +157,7 @@ _ZOO_EXPECTATIONS = (
     (r"scalePackedTensor|compute_dot_do_o|convert_dq_to|epilogue::impl", "memory_bound", None),
     (r"bn_fw|bn_bw|batchnorm|elementwise_kernel|reduce_kernel|multi_tensor_apply|CatArray", "memory_bound", None),
     (r"^Memcpy|^Memset", "memcpy_memset", None),
+    (r"ImplicitGemmConvolution", "tensor_gemm", None),  # mangled cuDNN CUTLASS convolutions
     (r"ReduceSplitK", "memory_bound", None),  # split-K partial sums, though their template names a tensor-op GEMM
     (r"tensorop_s1688gemm_\d", "tensor_gemm", "tf32.acc32"),  # fp32 data on TF32 tensor cores, as the name says
     (r"tensorop\w*bf16", "tensor_gemm", "bf16.acc32"),
@@ -186,3 +187,28 @@ def test_kernels_of_every_built_in_workload_get_the_class_their_names_say():
                 break
     assert checked >= 0.9 * len(recorded), checked
     assert len(other) <= 3, other  # bookkeeping kernels only (offset tables, workspace init)
+
+
+def test_a_split_k_convolution_keeps_its_flops_on_the_gemm_and_stays_within_its_bound():
+    """One weight-gradient call from the H200 ResNet-50 fp32 step: padding, format conversion, a mangled
+    CUTLASS implicit-GEMM and its split-K reduction. The GEMM carries the FLOPs; nothing beats its bound."""
+    from pygpuperf import io
+    from pygpuperf.explain import attribution, explainer
+    from pygpuperf.explain.model import KernelRecord
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "splitk_conv_backward_h200.json").read_text())
+    records = [KernelRecord(**{k: v for k, v in e.items() if k not in ("kernel_class", "precision")})
+               for e in fixture["kernels"]]
+    for r in records:
+        r.kernel_class, r.precision = classify(r)
+
+    class Step:
+        kernels = records
+
+    explainer._cost_records(Step)
+    results = Path(__file__).parents[1] / "benchmarks" / "results" / "nvidia-h200_2026-11-30_compute-transfers_results.json"
+    attribution.assign_bounds(records, io.load_results(results).machine_model)
+    gemm = next(r for r in records if "ImplicitGemmConvolution" in r.name)
+    assert (gemm.kernel_class, gemm.precision) == ("tensor_gemm", "tf32.acc32")
+    assert gemm.flops > 0 and all(r.flops == 0 for r in records if r is not gemm)
+    assert attribution.self_check(records) == []

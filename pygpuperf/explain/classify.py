@@ -198,7 +198,7 @@ def _math_from_dtype(record: KernelRecord, ctx: KernelContext) -> tuple[str, str
 # --- precision resolvers: (record, context, name match) -> (class, precision) ------------------
 
 
-_TENSOR_INSTRUCTION = re.compile(r"tensorop|(?:^|[_:<\s])[shi](?:1688|16816|16832)(?:gemm|fprop|dgrad|wgrad)")
+_TENSOR_INSTRUCTION = re.compile(r"tensorop|TensorOp|tfloat32|(?:^|[_:<\s])[shi](?:1688|16816|16832)(?:gemm|fprop|dgrad|wgrad)")
 
 
 def _tensor(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple[str, str]:
@@ -272,6 +272,11 @@ RULES: tuple[Rule, ...] = (
     _rule(r"cutlass3x_\w*tensorop|cutlass\w*tensorop|wmma_tensorop", _tensor),
     # CUTLASS templates spelled out by their C++ type (torch's rowwise-scaled mm, extensions).
     _rule(r"OpClassTensorOp|cutlass::gemm::kernel::|cutlass::conv::kernel::", _tensor_by_dtype),
+    # Mangled CUTLASS GEMM/convolution kernels (cuDNN's cutlass__5x_cudnn): their template arguments
+    # name tensor-op tile layouts or tf32 for tensor cores; otherwise they are SIMT. Checked before the
+    # layout rules, as those arguments also spell "Permute" and "Transpose".
+    _rule(r"ImplicitGemmConvolution|4gemm6kernel|4conv6kernel", lambda r, ctx, m: (
+        _tensor(r, ctx, m) if _TENSOR_INSTRUCTION.search(r.name) else _cuda_math(r, ctx, m))),
     # cuBLAS/cuDNN kernels tagged with a tensor-core instruction: ampere_fp16_s16816gemm_...,
     # volta_fp16_s884cudnn_fp16_..., turing_fp16_s1688cudnn_fp16_... (acc letter + mma shape).
     _rule(r"(?:^|[_:<\s])[shi](?:884|8816|8832|1688|16816|16832|161616)(?:tf32)?(?:gemm|cudnn|fprop|dgrad|wgrad)",
