@@ -14,6 +14,10 @@ accumulate type (fp16 with fp32 accumulate on a GeForce card is its half-rate fi
 a memory-bound kernel with DRAM bandwidth, CUDA-core math with cuda.fp32, a host copy
 with the link. Kernels without a bound keep their time; idle time (host-bound, launch
 gaps, synchronization) is held fixed, since the host and the software stack do not change.
+Bounds here hold every byte to main memory; a memory-bound kernel whose bytes fit the source's
+L2 but not the target's is priced at the source's DRAM efficiency instead of its own (it was
+L2-assisted). A step that does not fit the target's memory is priced at the largest batch
+that does, and a dtype the target lacks runs as a substitute (bf16 as fp16 on a V100).
 
 Usage:
     python -m pygpuperf.predict --profile explain.json --source-model results.json \\
