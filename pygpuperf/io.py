@@ -1,7 +1,8 @@
 """Reading and writing results: JSON (validated), CSV and a pandas DataFrame.
 
-Results files are untrusted input: they are parsed as plain JSON (never pickle or
-eval), bounded in size, and validated against data/results.schema.json.
+Results files, and the explain.json and published-figures files other commands read, are
+untrusted input: they are parsed as plain JSON (never pickle or eval), bounded in size, and
+validated against their schema in data/.
 """
 
 from __future__ import annotations
@@ -25,32 +26,42 @@ class ResultsFileError(ValueError):
     """A results file that cannot be used; the message says which file and why."""
 
 
-@lru_cache(maxsize=1)
-def results_schema() -> dict[str, Any]:
-    text = resources.files("pygpuperf").joinpath("data/results.schema.json").read_text(encoding="utf-8")
+@lru_cache(maxsize=None)
+def schema(name: str) -> dict[str, Any]:
+    """A JSON schema shipped in pygpuperf/data (results, explain, prediction_validation)."""
+    text = resources.files("pygpuperf").joinpath(f"data/{name}.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
+
+
+def results_schema() -> dict[str, Any]:
+    return schema("results")
 
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def validate_document(doc: Any, origin: str = "document") -> None:
-    """Raise ResultsFileError unless `doc` is a valid pygpuperf/1 results document."""
-    validator = jsonschema.Draft202012Validator(results_schema())
+def _check(doc: Any, schema_name: str, origin: str, kind: str) -> None:
+    validator = jsonschema.Draft202012Validator(schema(schema_name))
     error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise ResultsFileError(f"{origin}: not a valid pygpuperf/1 results file at {where}: {error.message[:300]}")
+        raise ResultsFileError(f"{origin}: not a valid {kind} at {where}: {error.message[:300]}")
 
 
-def load_results(path: str | os.PathLike) -> Results:
-    """Load and validate a results.json."""
+def validate_document(doc: Any, origin: str = "document") -> None:
+    """Raise ResultsFileError unless `doc` is a valid pygpuperf/1 results document."""
+    _check(doc, "results", origin, "pygpuperf/1 results file")
+
+
+def load_document(path: str | os.PathLike, schema_name: str, kind: str) -> Any:
+    """An untrusted JSON file, bounded in size, parsed as plain JSON and validated against
+    data/<schema_name>.schema.json; ResultsFileError (one line naming the file) otherwise."""
     path = Path(path)
     try:
         size = path.stat().st_size
         if size > MAX_RESULTS_BYTES:
-            raise ResultsFileError(f"{path}: {size} bytes is larger than a results file can be")
+            raise ResultsFileError(f"{path}: {size} bytes is larger than a {kind} can be")
         doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except ResultsFileError:
         raise
@@ -58,8 +69,13 @@ def load_results(path: str | os.PathLike) -> Results:
         raise ResultsFileError(f"{path}: cannot read: {exc}") from None
     except (ValueError, RecursionError) as exc:
         raise ResultsFileError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
-    validate_document(doc, str(path))
-    results = Results.from_dict(doc)
+    _check(doc, schema_name, str(path), kind)
+    return doc
+
+
+def load_results(path: str | os.PathLike) -> Results:
+    """Load and validate a results.json."""
+    results = Results.from_dict(load_document(path, "results", "pygpuperf/1 results file"))
     model, device = results.machine_model, results.meta.get("device")
     if model is not None and not model.capacity and isinstance(device, dict):
         model.fill_capacity(device)  # files written before the model kept sizes

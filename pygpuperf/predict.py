@@ -547,10 +547,12 @@ def run(argv: list[str] | None = None) -> int:
     prices = _prices(args.price)
     out = cli.output_dir(args.out, "prediction") if args.out else None
     if args.validate:
+        from pygpuperf import io
+
         try:
-            published = json.loads(args.validate.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--validate {args.validate}: cannot read it ({exc})") from None
+            published = io.load_document(args.validate, "prediction_validation", "published-figures file")
+        except io.ResultsFileError as exc:
+            raise UsageError(f"--validate {exc}") from None
         text = validation_table(validate(profile, source, published, source_step_us=step_us), source.name)
         print(text)
         if out:

@@ -227,3 +227,37 @@ def test_a_cpu_profile_priced_on_a_gpu_says_its_math_stays_off_the_tensor_cores(
     assert _by(p, "cuda_math") == pytest.approx((2000.0, 2000.0 * 50.0 / 1000.0))  # 1 -> 20 TFLOP/s CUDA cores
     assert any("comes from a CPU" in n for n in p.notes)
     assert not any("comes from a CPU" in n for n in predict(_profile(), _model(), _model()).notes)
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ('{"device": "x", "timeline": {}, "waterfall": {}, "kernels": []}', "not a valid explain.json"),
+    ('{"device": "x", "timeline": {"wall_us": 1, "busy_us": 1, "idle": {}}, "waterfall": {"ideal_us": 1, '
+     '"parts": {}, "measured_us": 1, "unexplained_us": 0, "coverage": 1}, "kernels": [{"name": "k", '
+     '"start_us": 0, "duration_us": -5}]}', "not a valid explain.json at kernels/0/duration_us"),
+    ("[1, 2", "not valid JSON"),
+    ('{"device": NaN}', "not valid JSON"),
+])
+def test_cli_rejects_a_malformed_profile_in_one_line(tmp_path, content, fragment):
+    profile = tmp_path / "explain.json"
+    profile.write_text(content, encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "pygpuperf.predict", "--profile", str(profile),
+                             "--source-model", "datasheet:h200-sxm", "--target", "datasheet:rtx3090"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.stderr
+
+
+def test_cli_rejects_a_malformed_validation_file_in_one_line(tmp_path):
+    import json
+
+    profile = tmp_path / "explain.json"
+    profile.write_text(json.dumps(_with_throughput(_profile()).to_dict()), encoding="utf-8")
+    published = tmp_path / "published.json"
+    published.write_text('{"figures": [{"card": "rtx3090", "samples_per_s": -1}]}', encoding="utf-8")
+    result = subprocess.run([sys.executable, "-m", "pygpuperf.predict", "--profile", str(profile),
+                             "--source-model", "datasheet:h200-sxm", "--validate", str(published)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a valid published-figures file at figures/0/samples_per_s" in lines[0]

@@ -16,7 +16,6 @@ is per sample (time per step / samples per step) and the unit says so.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,11 +84,14 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
 
 
 def load_explanation(path: str | Path) -> Explanation:
-    """explain.json, or a folder holding one, as an :class:`Explanation`."""
+    """explain.json, or a folder holding one, as an :class:`Explanation` (validated against
+    data/explain.schema.json; :class:`pygpuperf.io.ResultsFileError` says why not)."""
+    from pygpuperf import io
+
     path = Path(path)
     if path.is_dir():
         path = path / "explain.json"
-    return explanation_from_json(json.loads(path.read_text(encoding="utf-8")))
+    return explanation_from_json(io.load_document(path, "explain", "explain.json"))
 
 
 # --------------------------------------------------------------------------- comparison
