@@ -331,6 +331,7 @@ class WorkloadResult:
     notes: list[str] = field(default_factory=list)
     peak_memory_bytes: float | None = None  # allocator peak during the timed steps (CUDA only)
     resident_memory_bytes: float | None = None  # held between steps: weights, optimizer state, data
+    explanation: dict[str, Any] | None = None  # waterfall summary of the explained step (explain.json has it all)
 
 
 def is_series_point(name: str) -> bool:

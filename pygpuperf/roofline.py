@@ -162,12 +162,13 @@ def _explain_model(name: str, args: argparse.Namespace, device, results: Results
                                           built.samples_per_step, timed.peak_memory_bytes, timed.resident_memory_bytes)
         explanation = explainer.explain_built(built, results.machine_model, device, steps=1 if args.quick else 3,
                                               throughput=throughput)
-        settings = dict(built.params)
+        explanation.settings = dict(built.params)
+    explanation.findings = findings.explain_findings(explanation, explanation.settings, results.machine_model)
+    results.findings += explanation.findings
+    timed.explanation = explainer.explanation_summary(explanation, "explain/explain.json")
     folder = out / "explain"
     written = explainer.write_outputs(explanation, folder)
     written += write_explain_report(explanation, folder, results)
-    found = findings.explain_findings(explanation, settings, results.machine_model)
-    results.findings += found
     console.print("\n".join([f"explained step of {name}:", *explainer.summary_lines(explanation)]), highlight=False)
     sections = [explain_section_html(explanation, results)]
     if args.predict:

@@ -96,6 +96,9 @@ def test_default_cpu_run_is_complete_and_under_three_minutes(tmp_path):
     explained = json.loads((out / "explain" / "explain.json").read_text())
     assert explained["waterfall"]["coverage"] >= 0.9 and explained["kernels"]
     assert explained["throughput"]["samples_per_step"] == int(w.params["batch_size"])
+    assert explained["settings"]["batch_size"] == w.params["batch_size"] and isinstance(explained["findings"], list)
+    assert w.explanation["explain_json"] == "explain/explain.json"
+    assert w.explanation["coverage"] == pytest.approx(explained["waterfall"]["coverage"])
     assert 'id="explain"' in (out / "report.html").read_text()
 
 

@@ -101,11 +101,7 @@ def run(argv: list[str] | None = None) -> int:
     built = _build_with(args.target, device, args.batch_size, knobs)
     with built:
         explanation = explainer.explain_built(built, model, device, steps=args.steps)
-    paths = explainer.write_outputs(explanation, out)
-    # Beside explain.json: waterfall.png/.svg, kernel_roofline.png/.svg and explain.html.
-    paths += write_explain_report(explanation, out, model)
-    print("\n".join(explainer.summary_lines(explanation)))
-    paths.append(_report_findings(explanation, dict(built.params), model, out))
+    paths = _write_explained(explanation, dict(built.params), model, out)
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
 
@@ -123,15 +119,21 @@ def _add_comparison_flags(p: argparse.ArgumentParser) -> None:
                       "and find the largest batch that fits in memory")
 
 
-def _report_findings(explanation: explainer.Explanation, settings: dict[str, str], model: MachineModel,
-                     out: Path) -> Path:
-    """Print the findings of an explained step and write them to findings.json."""
-    found = findings.explain_findings(explanation, settings, model)
-    if found:
-        print("\n".join(findings.finding_lines(found)))
+def _write_explained(explanation: explainer.Explanation, settings: dict[str, str], model: MachineModel,
+                     out: Path) -> list[Path]:
+    """Print the explained step and its findings; write explain.json (findings and settings included),
+    kernels.csv, findings.json, waterfall.png/.svg, kernel_roofline.png/.svg and explain.html."""
+    explanation.settings = settings
+    explanation.findings = findings.explain_findings(explanation, settings, model)
+    print("\n".join(explainer.summary_lines(explanation)))
+    if explanation.findings:
+        print("\n".join(findings.finding_lines(explanation.findings)))
+    paths = explainer.write_outputs(explanation, out)
+    paths += write_explain_report(explanation, out, model)
     path = out / "findings.json"
-    path.write_text(json.dumps([dataclasses.asdict(f) for f in found], indent=1, default=str), encoding="utf-8")
-    return path
+    path.write_text(json.dumps([dataclasses.asdict(f) for f in explanation.findings], indent=1, default=str),
+                    encoding="utf-8")
+    return [*paths, path]
 
 
 def parse_knob_set(text: str) -> dict[str, str]:
@@ -231,11 +233,7 @@ def _run_compare(args: argparse.Namespace, device: torch.device) -> int:
         with built:
             explanation = explainer.explain_built(built, model, device, steps=args.steps)
         print(f"== {label}")
-        print("\n".join(explainer.summary_lines(explanation)))
-        folder = out / _slug(label)
-        paths += explainer.write_outputs(explanation, folder)
-        paths += write_explain_report(explanation, folder, model)
-        paths.append(_report_findings(explanation, dict(built.params), model, folder))
+        paths += _write_explained(explanation, dict(built.params), model, out / _slug(label))
         configs.append(compare.Config(label, explanation, built.samples_per_step, dict(built.params)))
     comparison = compare.compare(configs)
     print("== comparison")

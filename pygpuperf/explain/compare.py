@@ -27,6 +27,7 @@ from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UN
 from pygpuperf.explain.explainer import ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import (COMMUNICATION, CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
                                      TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall)
+from pygpuperf.results import Finding
 
 # The comparison is trusted when named categories carry at least this share of the delta.
 NAMED_SHARE_GOAL = 0.80
@@ -80,7 +81,9 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
                           unexplained_us=float(w["unexplained_us"]), coverage=float(w["coverage"]))
     step = ExplainedStep(int(doc.get("median_step", 0)), kernels, timeline, waterfall, attribution.self_check(kernels))
     throughput = Throughput.from_dict(doc["throughput"]) if doc.get("throughput") else None
-    return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})), throughput)
+    return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})), throughput,
+                       {str(k): str(v) for k, v in doc.get("settings", {}).items()},
+                       [Finding(**f) for f in doc.get("findings", [])])
 
 
 def load_explanation(path: str | Path) -> Explanation:

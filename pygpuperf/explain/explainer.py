@@ -20,7 +20,7 @@ import torch
 
 from pygpuperf.explain import attribution, costs, timeline, trace
 from pygpuperf.explain.model import KernelRecord, Timeline, Waterfall
-from pygpuperf.results import MachineModel, Stats
+from pygpuperf.results import Finding, MachineModel, Stats
 
 
 @dataclass
@@ -75,12 +75,16 @@ class Explanation:
     median: ExplainedStep  # the step with the median wall time
     unknown_ops: dict[str, float] = field(default_factory=dict)  # op -> kernel time (us) with no cost formula
     throughput: Throughput | None = None  # timed without the profiler
+    settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
+    findings: list[Finding] = field(default_factory=list)  # pygpuperf.explain.findings, once computed
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
         return {
             "device": self.device,
+            "settings": self.settings,
             "throughput": self.throughput.to_dict() if self.throughput else None,
+            "findings": [dataclasses.asdict(f) for f in self.findings],
             "median_step": step.index,
             "step_wall_us": [s.timeline.wall_us for s in self.steps],
             "timeline": dataclasses.asdict(step.timeline),
@@ -174,6 +178,17 @@ def explain_built(built: Any, model: MachineModel | None, device: torch.device |
     modules = getattr(built, "modules", None) or ()
     return explain(built.step, model, device, steps=steps, module=modules[0] if modules else None,
                    samples_per_step=int(getattr(built, "samples_per_step", 1) or 1), throughput=throughput)
+
+
+def explanation_summary(explanation: Explanation, path: str) -> dict[str, Any]:
+    """What a results.json workload entry keeps of its explanation: the waterfall, idle split and
+    coverage of the median step, and where the full explain.json is."""
+    step = explanation.median
+    return {"explain_json": path, "step_us": step.timeline.wall_us, "busy_us": step.timeline.busy_us,
+            "idle_us": dataclasses.asdict(step.timeline.idle), "ideal_us": step.waterfall.ideal_us,
+            "parts_us": dict(step.waterfall.parts), "unexplained_us": step.waterfall.unexplained_us,
+            "coverage": step.waterfall.coverage, "self_check_kernels": len(step.self_check),
+            "kernels": len(step.kernels)}
 
 
 def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
