@@ -11,7 +11,6 @@ listed as skipped, never guessed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 import traceback
@@ -20,8 +19,7 @@ from pathlib import Path
 import torch
 
 from pygpuperf import io
-from pygpuperf.explain import explainer, findings
-from pygpuperf.report.explain_html import write_explain_report
+from pygpuperf.explain import explainer
 from pygpuperf.workloads import WORKLOADS, get_workload
 
 
@@ -30,10 +28,8 @@ def explain_one(name: str, model, out: Path) -> dict:
     with get_workload(name).build("cuda") as built:
         explanation = explainer.explain_built(built, model, "cuda", steps=3)
         params = dict(built.params)
-    explainer.write_outputs(explanation, out)
-    write_explain_report(explanation, out, model)
-    found = findings.explain_findings(explanation, params, model)
-    (out / "findings.json").write_text(json.dumps([dataclasses.asdict(f) for f in found], indent=1, default=str))
+    explainer.write_explained(explanation, params, model, out, echo=lambda text: None)
+    found = explanation.findings
     step = explanation.median
     w = step.waterfall
     t = explanation.throughput

@@ -150,8 +150,8 @@ def _explain_model(name: str, args: argparse.Namespace, device, results: Results
     Throughput is the one the workload run just timed without the profiler; its findings join the run's.
     Returns the files written and the report.html section.
     """
-    from pygpuperf.explain import explainer, findings
-    from pygpuperf.report.explain_html import explain_section_html, write_explain_report
+    from pygpuperf.explain import explainer
+    from pygpuperf.report.explain_html import explain_section_html
     from pygpuperf.workloads import get_workload
 
     timed = results.workloads[-1]
@@ -162,14 +162,14 @@ def _explain_model(name: str, args: argparse.Namespace, device, results: Results
                                           built.samples_per_step, timed.peak_memory_bytes, timed.resident_memory_bytes)
         explanation = explainer.explain_built(built, results.machine_model, device, steps=1 if args.quick else 3,
                                               throughput=throughput)
-        explanation.settings = dict(built.params)
-    explanation.findings = findings.explain_findings(explanation, explanation.settings, results.machine_model)
+        settings = dict(built.params)
+    folder = out / "explain"
+    console.print(f"explained step of {name}:", highlight=False)
+    written = explainer.write_explained(explanation, settings, results, folder,
+                                        echo=lambda text: console.print(text, highlight=False, markup=False),
+                                        echo_findings=False)  # the run's summary lists them with the rest
     results.findings += explanation.findings
     timed.explanation = explainer.explanation_summary(explanation, "explain/explain.json")
-    folder = out / "explain"
-    written = explainer.write_outputs(explanation, folder)
-    written += write_explain_report(explanation, folder, results)
-    console.print("\n".join([f"explained step of {name}:", *explainer.summary_lines(explanation)]), highlight=False)
     sections = [explain_section_html(explanation, results)]
     if args.predict:
         paths, section = _predict_model(explanation, results, args.predict, folder, console)

@@ -14,7 +14,6 @@ and finds the largest batch that fits in memory.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -23,8 +22,7 @@ import torch
 
 from pygpuperf import cli, io
 from pygpuperf.device import UsageError, device_slug, resolve_device
-from pygpuperf.explain import batch, compare, explainer, findings
-from pygpuperf.report.explain_html import write_explain_report
+from pygpuperf.explain import batch, compare, explainer
 from pygpuperf.results import MachineModel
 from pygpuperf.workloads.knobs import AMP, COMPILE, CUDA_GRAPHS, CUDNN_BENCHMARK, FP16_ACCUMULATION, MEMORY_FORMAT, TF32
 
@@ -101,7 +99,7 @@ def run(argv: list[str] | None = None) -> int:
     built = _build_with(args.target, device, args.batch_size, knobs)
     with built:
         explanation = explainer.explain_built(built, model, device, steps=args.steps)
-    paths = _write_explained(explanation, dict(built.params), model, out)
+    paths = explainer.write_explained(explanation, dict(built.params), model, out)
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
 
@@ -117,23 +115,6 @@ def _add_comparison_flags(p: argparse.ArgumentParser) -> None:
     what.add_argument("--batch-sweep", metavar="BS,BS,...",
                       help="time steps at these batch sizes (e.g. 32,64,128,256), fit t = t_fixed + bs x t_sample "
                       "and find the largest batch that fits in memory")
-
-
-def _write_explained(explanation: explainer.Explanation, settings: dict[str, str], model: MachineModel,
-                     out: Path) -> list[Path]:
-    """Print the explained step and its findings; write explain.json (findings and settings included),
-    kernels.csv, findings.json, waterfall.png/.svg, kernel_roofline.png/.svg and explain.html."""
-    explanation.settings = settings
-    explanation.findings = findings.explain_findings(explanation, settings, model)
-    print("\n".join(explainer.summary_lines(explanation)))
-    if explanation.findings:
-        print("\n".join(findings.finding_lines(explanation.findings)))
-    paths = explainer.write_outputs(explanation, out)
-    paths += write_explain_report(explanation, out, model)
-    path = out / "findings.json"
-    path.write_text(json.dumps([dataclasses.asdict(f) for f in explanation.findings], indent=1, default=str),
-                    encoding="utf-8")
-    return [*paths, path]
 
 
 def parse_knob_set(text: str) -> dict[str, str]:
@@ -233,7 +214,7 @@ def _run_compare(args: argparse.Namespace, device: torch.device) -> int:
         with built:
             explanation = explainer.explain_built(built, model, device, steps=args.steps)
         print(f"== {label}")
-        paths += _write_explained(explanation, dict(built.params), model, out / _slug(label))
+        paths += explainer.write_explained(explanation, dict(built.params), model, out / _slug(label))
         configs.append(compare.Config(label, explanation, built.samples_per_step, dict(built.params)))
     comparison = compare.compare(configs)
     print("== comparison")

@@ -207,6 +207,27 @@ def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
     return [json_path, csv_path]
 
 
+def write_explained(explanation: Explanation, settings: dict[str, str], model: MachineModel | Any, out: Path,
+                    echo: Callable[[str], None] = print, echo_findings: bool = True) -> list[Path]:
+    """Find what the step says (pygpuperf.explain.findings) and write everything about it into `out`:
+    explain.json (settings and findings included), kernels.csv, findings.json, waterfall.png/.svg,
+    kernel_roofline.png/.svg and explain.html. `model` is the machine model or the Results holding it;
+    `echo` gets the waterfall (and, with `echo_findings`, the findings) as text."""
+    from pygpuperf.explain import findings
+    from pygpuperf.report.explain_html import write_explain_report
+
+    machine = getattr(model, "machine_model", model)
+    explanation.settings = dict(settings)
+    explanation.findings = findings.explain_findings(explanation, settings, machine)
+    echo("\n".join(summary_lines(explanation) + (findings.finding_lines(explanation.findings) if echo_findings else [])))
+    paths = write_outputs(explanation, out)
+    paths += write_explain_report(explanation, out, model)
+    path = out / "findings.json"
+    path.write_text(json.dumps([dataclasses.asdict(f) for f in explanation.findings], indent=1, default=str),
+                    encoding="utf-8")
+    return [*paths, path]
+
+
 def summary_lines(explanation: Explanation) -> list[str]:
     """The waterfall in words: ideal, each part, measured, coverage."""
     w = explanation.median.waterfall
