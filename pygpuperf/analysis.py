@@ -235,8 +235,6 @@ def conclude(results: Results, device: str) -> None:
     annotate_rates_per_clock(results.measurements, meta)
     results.machine_model = MachineModel.from_measurements(device, results.measurements)
     results.machine_model.fill_capacity(meta)
-    for w in results.workloads:
-        place_workload(w, results.machine_model)
     results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)
                         + compute_findings(results.measurements, meta)
                         + intensity_sweep_findings(results.measurements, results.machine_model)
@@ -250,7 +248,14 @@ def conclude(results: Results, device: str) -> None:
             "Build it with: pip install --no-build-isolation -e . (a non-editable install must be run from "
             "outside the source tree, whose pygpuperf folder has no compiled extension)."))
     for w in results.workloads:
-        results.findings += workload_findings(w, results.machine_model)
+        conclude_workload(results, w)
+
+
+def conclude_workload(results: Results, workload: WorkloadResult) -> None:
+    """One workload of `results` (already concluded) placed on its machine model, with its findings."""
+    assert results.machine_model is not None
+    place_workload(workload, results.machine_model)
+    results.findings += workload_findings(workload, results.machine_model)
 
 
 # A sweep plateau and a ceiling agree when they are within this share of each other.

@@ -143,23 +143,24 @@ def _measure(probes, device, settings, measurements, console: Console) -> None:
                   on_done=lambda m: progress.advance(task))
 
 
-def _explain_model(name: str, args: argparse.Namespace, device, results: Results, out: Path, console: Console,
-                   err: Console) -> tuple[list[Path], list[str]]:
-    """Profile the model's steps, attribute them to the measured roofline, and write explain/ beside results.json.
-
-    Throughput is the one the workload run just timed without the profiler; its findings join the run's.
-    Returns the files written and the report.html section.
-    """
+def _run_model(name: str, args: argparse.Namespace, device, results: Results, out: Path, console: Console,
+               err: Console) -> tuple[list[Path], list[str]]:
+    """Time the model without the profiler, place it on the measured roofline, then profile its steps and
+    attribute them (explain/ beside results.json), all on one build. Its findings join the run's.
+    Returns the files written and the report.html sections."""
     from pygpuperf.explain import explainer
     from pygpuperf.report.explain_html import explain_section_html
-    from pygpuperf.workloads import get_workload
+    from pygpuperf.workloads import get_workload, time_built
 
-    timed = results.workloads[-1]
-    err.print(f"explaining {name}: profiling {1 if args.quick else 3} step(s) ...")
-    built = get_workload(name).build(device, int(timed.params.get("batch_size", 0)) or args.batch_size)
-    with built:
-        throughput = explainer.Throughput(timed.step_time.scaled(1e6),
-                                          built.samples_per_step, timed.peak_memory_bytes, timed.resident_memory_bytes)
+    workload = get_workload(name)
+    err.print(f"running {name} on {device} ...")
+    with workload.build(device, args.batch_size) as built:
+        timed = time_built(workload, built, device, **({"warmup": 1, "steps": 3} if args.quick else {}))
+        results.workloads.append(timed)
+        analysis.conclude_workload(results, timed)
+        err.print(f"explaining {name}: profiling {1 if args.quick else 3} step(s) ...")
+        throughput = explainer.Throughput(timed.step_time.scaled(1e6), built.samples_per_step,
+                                          timed.peak_memory_bytes, timed.resident_memory_bytes)
         explanation = explainer.explain_built(built, results.machine_model, device, steps=1 if args.quick else 3,
                                               throughput=throughput)
         settings = dict(built.params)
@@ -236,13 +237,6 @@ def run(argv: list[str] | None = None) -> int:
                 _measure_collectives(device, ops, args.quick, results.measurements, err)
         finally:
             results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
-        if model_name:
-            from pygpuperf.workloads import get_workload, run_workload
-
-            err.print(f"running {model_name} on {device} ...")
-            steps = {"warmup": 1, "steps": 3} if args.quick else {}
-            workload = run_workload(get_workload(model_name), device, batch_size=args.batch_size, **steps)
-            results.workloads.append(workload)  # placed on the roofline by analysis.conclude()
     except KeyboardInterrupt:
         interrupted = True
         results.meta["interrupted"] = True
@@ -250,13 +244,13 @@ def run(argv: list[str] | None = None) -> int:
     analysis.conclude(results, str(device))
     written_explain: list[Path] = []
     sections: list[str] = []
-    if model_name and results.workloads and not interrupted:
+    if model_name and not interrupted:
         try:
-            written_explain, sections = _explain_model(model_name, args, device, results, out, out_console, err)
+            written_explain, sections = _run_model(model_name, args, device, results, out, out_console, err)
         except KeyboardInterrupt:
             interrupted = True
             results.meta["interrupted"] = True
-            err.print("[yellow]interrupted while explaining the model: writing what was measured[/yellow]")
+            err.print("[yellow]interrupted while running the model: writing what was measured[/yellow]")
 
     paths = io.write_results(results, out)
     charts = roofline_charts(results, out)  # roofline.png and roofline.svg

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pygpuperf.workloads.accounting import count_step
-from pygpuperf.workloads.base import BuiltWorkload, Workload, run_workload
+from pygpuperf.workloads.base import BuiltWorkload, Workload, run_workload, time_built
 from pygpuperf.workloads.detection import RETINANET_TRAIN
 from pygpuperf.workloads.gan import DCGAN_TRAIN
 from pygpuperf.workloads.knobs import KnobError, KnobSpec
@@ -56,4 +56,5 @@ __all__ = [
     "get_workload",
     "load_user_step",
     "run_workload",
+    "time_built",
 ]

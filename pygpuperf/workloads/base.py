@@ -121,6 +121,14 @@ def run_workload(
     ``workload.build``; the built workload is closed (global flags restored) on return.
     """
     device = torch.device(device)
+    with workload.build(device, batch_size, **dict(knobs or {})) as built:
+        return time_built(workload, built, device, warmup, steps)
+
+
+def time_built(workload: Workload, built: BuiltWorkload, device: torch.device | str, warmup: int | None = None,
+               steps: int | None = None) -> WorkloadResult:
+    """:func:`run_workload` on a workload already built (left open, for a caller that profiles it next)."""
+    device = torch.device(device)
     default_warmup, default_steps = workload.default_steps(device)
     warmup = default_warmup if warmup is None else warmup
     steps = default_steps if steps is None else steps
@@ -128,19 +136,16 @@ def run_workload(
         raise ValueError(f"steps must be at least 1, got {steps}")
     if warmup < 0:
         raise ValueError(f"warmup must be non-negative, got {warmup}")
-
-    built = workload.build(device, batch_size, **dict(knobs or {}))
-    with built:
-        # The first step differs from the rest (optimizer state is created), so count the second one.
-        # Counting runs the step under dispatch modes (slow): once, outside timing, where it also
-        # serves as one more warm-up step (early steps pay for allocation and page faults).
-        if warmup > 0:
-            built.step()
-        flops, nbytes = count_step(built.count_step or built.step)
-        for _ in range(max(warmup - 1, 0)):
-            built.step()
-        timed = time_steps_with_memory(built.step, device, steps)
-        step_time = Stats.of(timed.seconds)
+    # The first step differs from the rest (optimizer state is created), so count the second one.
+    # Counting runs the step under dispatch modes (slow): once, outside timing, where it also
+    # serves as one more warm-up step (early steps pay for allocation and page faults).
+    if warmup > 0:
+        built.step()
+    flops, nbytes = count_step(built.count_step or built.step)
+    for _ in range(max(warmup - 1, 0)):
+        built.step()
+    timed = time_steps_with_memory(built.step, device, steps)
+    step_time = Stats.of(timed.seconds)
 
     params = dict(built.params)
     params["warmup_steps"] = str(warmup)
