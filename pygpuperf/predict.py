@@ -42,7 +42,7 @@ from pygpuperf.device import UsageError
 from pygpuperf.explain import attribution, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
 from pygpuperf.explain.compare import load_explanation
-from pygpuperf.explain.explainer import Explanation
+from pygpuperf.explain.explainer import Explanation, fitting_batch
 from pygpuperf.explain.model import (CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM,
                                      KernelRecord)
 from pygpuperf.results import MachineModel
@@ -239,18 +239,6 @@ def _has_gpu_math(model: MachineModel) -> bool:
     return any(key.startswith(("cuda.", "tensor.")) for key in model.compute)
 
 
-def _fitting_batch(batch: int, peak: float | None, resident: float | None, capacity: float | None) -> int | None:
-    """The largest batch whose memory fits `capacity` when memory = resident + per-sample x batch
-    (activations grow with the batch; weights, optimizer state and data buffers do not); None: the
-    step fits, or no figures to tell."""
-    if not peak or not capacity or peak <= capacity:
-        return None
-    if not resident or resident >= capacity or peak <= resident:
-        return 0
-    per_sample = (peak - resident) / batch
-    return max(0, int((capacity - resident) // per_sample))
-
-
 def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
             samples_per_step: int | None = None, peak_memory_bytes: float | None = None,
             resident_memory_bytes: float | None = None, source_step_us: float | None = None,
@@ -301,7 +289,10 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     if not _has_gpu_math(source) and _has_gpu_math(target):
         text.append("the profile comes from a CPU: its math ops are priced on the target's CUDA cores in their own "
                     "dtype, while a GPU run would put convolutions and matmuls on tensor cores (TF32, FP16, BF16)")
-    fit = _fitting_batch(batch, peak_memory_bytes, resident_memory_bytes, target.capacity_bytes("memory"))
+    capacity = target.capacity_bytes("memory")
+    fit = None
+    if peak_memory_bytes and capacity and peak_memory_bytes > capacity:
+        fit = fitting_batch(batch, peak_memory_bytes, resident_memory_bytes, capacity) or 0
     predicted_batch = batch
     if fit is not None:
         need, have = (peak_memory_bytes or 0) / 1e9, (target.capacity_bytes("memory") or 0) / 1e9
@@ -511,6 +502,12 @@ def samples_per_eur(prediction: Prediction, prices: dict[str, float]) -> float |
     return prediction.throughput * 3600 / price if price else None
 
 
+def prediction_documents(predictions: Sequence[Prediction], prices: dict[str, float]) -> list[dict[str, Any]]:
+    """What prediction.json and --json hold: each prediction, with its price and samples per euro where given."""
+    return [p.to_dict() | ({"eur_per_hour": prices[p.target], "samples_per_eur": samples_per_eur(p, prices)}
+                           if p.target in prices else {}) for p in predictions]
+
+
 def _print_table(predictions: Sequence[Prediction], prices: dict[str, float]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -567,18 +564,15 @@ def run(argv: list[str] | None = None) -> int:
                                    peak_memory_bytes=peak, source_step_us=step_us, source_name=source.name,
                                    target_name=target.name))
     predictions.sort(key=lambda p: -p.throughput)
-    documents = [p.to_dict() | ({"eur_per_hour": prices[p.target], "samples_per_eur": samples_per_eur(p, prices)}
-                                if p.target in prices else {}) for p in predictions]
     if args.json:
-        print(json.dumps(documents, indent=1))
+        print(json.dumps(prediction_documents(predictions, prices), indent=1))
     else:
         _print_table(predictions, prices)
     if out:
         from pygpuperf.report.predict_report import write_prediction_report
 
-        (out / "prediction.json").write_text(json.dumps(documents, indent=1) + "\n", encoding="utf-8")
-        written = write_prediction_report(predictions, prices, out)
-        print("wrote " + ", ".join(str(p) for p in [out / "prediction.json", *written]), file=sys.stderr)
+        written, _ = write_prediction_report(predictions, prices, out)
+        print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0
 
 

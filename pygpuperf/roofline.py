@@ -182,23 +182,18 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
 def _predict_model(explanation, results: Results, cards: list[str], folder: Path,
                    console: Console) -> tuple[list[Path], str]:
     """The explained step re-priced on datasheet cards: prediction.json/png/html beside explain.json."""
-    import json
-
     from pygpuperf import predict
-    from pygpuperf.report.predict_report import prediction_section_html, write_prediction_report
+    from pygpuperf.report.predict_report import write_prediction_report
 
     source = str(results.meta.get("device", {}).get("name", "this device"))
     predictions = sorted((predict.predict(explanation, results.machine_model, card.model, source_name=source,
                                           target_name=card.name)
                           for card in (predict.load_card(predict.DATASHEET_PREFIX + c) for c in cards)),
                          key=lambda p: -p.throughput)
-    (folder / "prediction.json").write_text(json.dumps([p.to_dict() for p in predictions], indent=1) + "\n",
-                                            encoding="utf-8")
     for p in predictions:
         console.print(f"predicted on {p.target}: {p.throughput:,.0f} samples/s ({p.ratio_to_source:.2f}x)",
                       highlight=False)
-    return [folder / "prediction.json", *write_prediction_report(predictions, {}, folder)], \
-        prediction_section_html(predictions, {})
+    return write_prediction_report(predictions, {}, folder)
 
 
 def run(argv: list[str] | None = None) -> int:

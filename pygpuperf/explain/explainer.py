@@ -45,16 +45,25 @@ class Throughput:
                           d.get("resident_memory_bytes"))
 
 
+def fitting_batch(batch: int, peak: float | None, resident: float | None, capacity: float | None) -> int | None:
+    """The largest batch whose memory fits `capacity` when memory = resident + per-sample x batch
+    (activations grow with the batch; weights, optimizer state and data buffers do not): 0 when
+    the resident part alone does not fit; None without the figures to tell."""
+    if not peak or not resident or not capacity or peak <= resident:
+        return None
+    return max(0, int((capacity - resident) // ((peak - resident) / batch)))
+
+
 def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, samples_per_step: int,
                        warmup: int | None = None, steps: int | None = None) -> Throughput:
     """Time `steps` calls of `step_fn` after `warmup` (defaults: 10 and 30 on accelerators, 3 and 5 on a CPU)."""
-    from pygpuperf.workloads.base import time_steps_with_memory
+    from pygpuperf.workloads.base import default_steps, time_steps_with_memory
 
     device = torch.device(device)
-    default_warmup, default_steps = (3, 5) if device.type == "cpu" else (10, 30)
+    default_warmup, default_count = default_steps(device)
     for _ in range(default_warmup if warmup is None else warmup):
         step_fn()
-    timed = time_steps_with_memory(step_fn, device, default_steps if steps is None else steps)
+    timed = time_steps_with_memory(step_fn, device, default_count if steps is None else steps)
     return Throughput(Stats.of([x * 1e6 for x in timed.seconds]), samples_per_step, timed.peak_memory_bytes,
                       timed.resident_memory_bytes)
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pygpuperf.analysis import HALF_RATE_RATIO
 from pygpuperf.explain.attribution import category_times, exclusive_times
-from pygpuperf.explain.explainer import ExplainedStep, Explanation
+from pygpuperf.explain.explainer import ExplainedStep, Explanation, fitting_batch
 from pygpuperf.explain.model import CUDA_MATH, LAYOUT, MEMORY_BOUND, TENSOR_GEMM, KernelRecord, Timeline
 from pygpuperf.results import Finding, MachineModel
 
@@ -153,11 +153,10 @@ def _memory(explanation: Explanation, settings: Mapping[str, Any] | None, model:
             "activation bytes), or a card with more memory.")
     t = explanation.throughput
     capacity = model.capacity_bytes("memory") if model is not None else None
-    if t is None or not t.peak_memory_bytes or not t.resident_memory_bytes or not capacity \
-            or t.peak_memory_bytes <= t.resident_memory_bytes:
+    fits = fitting_batch(t.samples_per_step, t.peak_memory_bytes, t.resident_memory_bytes, capacity) if t else None
+    if fits is None:
         return None
     per_sample = (t.peak_memory_bytes - t.resident_memory_bytes) / t.samples_per_step
-    fits = int((capacity - t.resident_memory_bytes) // per_sample)
     return Finding(
         "info", f"The step peaks at {t.peak_memory_bytes / 1e9:.1f} GB of the card's {capacity / 1e9:.0f} GB "
         f"({_pct(t.peak_memory_bytes / capacity)}) at batch {t.samples_per_step}: about {fits} samples would fit.",

@@ -7,6 +7,7 @@ prediction.json holds.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -16,9 +17,9 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED  # noqa: E402
-from pygpuperf.predict import Prediction, samples_per_eur  # noqa: E402
+from pygpuperf.predict import Prediction, prediction_documents, samples_per_eur  # noqa: E402
 from pygpuperf.report import html as report_html  # noqa: E402
-from pygpuperf.report.chart import chart_style, save_figure, svg_markup  # noqa: E402
+from pygpuperf.report.chart import chart_style, inline_svg, save_figure, svg_markup  # noqa: E402
 from pygpuperf.report.explain_charts import CLASS_COLORS  # noqa: E402
 
 _IDLE_COLORS = {IDLE_HOST: "#8c96a3", IDLE_LAUNCH: "#aab3bd", IDLE_SYNC: "#c8ced5", UNEXPLAINED: "#e0e0e0"}
@@ -86,10 +87,12 @@ def _why(p: Prediction) -> str:
             f"<ul>{items}</ul><p class=\"note\">{_e(p.confidence)}</p>" + (f"<ul>{notes}</ul>" if notes else ""))
 
 
-def prediction_section_html(predictions: Sequence[Prediction], prices: dict[str, float]) -> str:
-    """<section id="prediction">: the ranked table, the chart and, per target, what changes and why."""
-    with chart_style("prediction"):
-        svg = svg_markup(prediction_figure(predictions), "prediction")
+def prediction_section_html(predictions: Sequence[Prediction], prices: dict[str, float], svg: str | None = None) -> str:
+    """<section id="prediction">: the ranked table, the chart and, per target, what changes and why.
+    `svg` is the chart as inline markup when already drawn (else it is drawn here)."""
+    if svg is None:
+        with chart_style("prediction"):
+            svg = svg_markup(prediction_figure(predictions), "prediction")
     source = predictions[0]
     return "\n".join([
         "<section id=\"prediction\">",
@@ -103,14 +106,19 @@ def prediction_section_html(predictions: Sequence[Prediction], prices: dict[str,
     ])
 
 
-def write_prediction_report(predictions: Sequence[Prediction], prices: dict[str, float], out: Path) -> list[Path]:
-    """prediction.png, prediction.svg and prediction.html in `out`."""
+def write_prediction_report(predictions: Sequence[Prediction], prices: dict[str, float],
+                            out: Path) -> tuple[list[Path], str]:
+    """prediction.json, prediction.png, prediction.svg and prediction.html in `out`; returns them and the
+    page's section, for a report that shows it too. The chart is drawn once."""
     out = Path(out)
+    data = out / "prediction.json"
+    data.write_text(json.dumps(prediction_documents(predictions, prices), indent=1) + "\n", encoding="utf-8")
     with chart_style("prediction"):
         written = save_figure(prediction_figure(predictions), out / "prediction.png", out / "prediction.svg")
-    body = (f"<header><h1>Predicted from {_e(predictions[0].source)}</h1></header>\n"
-            + prediction_section_html(predictions, prices)
+    section = prediction_section_html(predictions, prices,
+                                      inline_svg((out / "prediction.svg").read_text(encoding="utf-8"), "prediction"))
+    body = (f"<header><h1>Predicted from {_e(predictions[0].source)}</h1></header>\n" + section
             + "\n<footer>Every figure on this page is derived from prediction.json.</footer>")
     page = out / "prediction.html"
     page.write_text(report_html.page(f"pygpuperf predict: {predictions[0].source}", body), encoding="utf-8")
-    return [*written, page]
+    return [data, *written, page], section

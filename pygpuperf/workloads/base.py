@@ -68,7 +68,12 @@ class Workload(ABC):
 
     def default_steps(self, device: torch.device) -> tuple[int, int]:
         """(warm-up steps, timed steps): few on a CPU, where each step takes long."""
-        return (3, 5) if device.type == "cpu" else (10, 30)
+        return default_steps(device)
+
+
+def default_steps(device: torch.device) -> tuple[int, int]:
+    """(warm-up steps, timed steps) for timing a step on `device`: few on a CPU, where each step takes long."""
+    return (3, 5) if device.type == "cpu" else (10, 30)
 
 
 def time_steps(step: Callable[[], Any], device: torch.device, warmup: int, steps: int) -> list[float]:
