@@ -108,11 +108,17 @@ def _cost_records(step: trace.StepTrace) -> dict[str, float]:
     """Give each kernel its op's FLOPs and bytes, then split them among the op's kernels.
     Returns the kernel time of ops no formula knows."""
     unknown: dict[str, float] = {}
+    per_call: dict[Any, costs.OpCost] = {}  # the kernels of one op call share its cost
     for record in step.kernels:
         if not record.op:
             continue
-        cost = costs.op_cost(record.op, record.input_shapes, record.dtypes, extra=record.concrete_inputs or None,
-                             input_strides=record.input_strides, list_item=costs.kernel_element_bytes(record.name))
+        list_item = costs.kernel_element_bytes(record.name)
+        key = (record.op_call_id, record.op, list_item) if record.op_call_id is not None else id(record)
+        if key not in per_call:
+            per_call[key] = costs.op_cost(record.op, record.input_shapes, record.dtypes,
+                                          extra=record.concrete_inputs or None, input_strides=record.input_strides,
+                                          list_item=list_item)
+        cost = per_call[key]
         record.flops, record.bytes = cost.flops, cost.bytes
         if cost.formula.startswith(costs.UNKNOWN):
             unknown[record.op] = unknown.get(record.op, 0.0) + record.duration_us
