@@ -31,6 +31,7 @@ c10::Dict<std::string, std::string> build_info() {
   info.insert("cuda", "0");
 #endif
   info.insert("cxx_compiler", PGP_CXX_COMPILER);
+  info.insert("torch", PGP_TORCH_VERSION);
   return info;
 }
 

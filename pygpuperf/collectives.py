@@ -23,10 +23,12 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -35,7 +37,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 import torch.distributed as dist
 
-from pygpuperf import cli
+from pygpuperf import cli, stopping
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError
 from pygpuperf.hierarchy import format_bytes
@@ -474,9 +476,9 @@ def _init_group(device_type: str, rank: int, world_size: int, local_rank: int,
 
 
 def _measure_in_group(device: torch.device, ops: Sequence[str], sizes: Sequence[int], settings: RunSettings,
-                      progress: bool) -> list[Measurement]:
+                      progress: bool, on_done: Callable[[Measurement], None] | None = None) -> list[Measurement]:
     if not progress or dist.get_rank() != 0:
-        return measure_collectives(device, ops, sizes, settings)
+        return measure_collectives(device, ops, sizes, settings, on_done=on_done)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -487,21 +489,48 @@ def _measure_in_group(device: torch.device, ops: Sequence[str], sizes: Sequence[
 
         def done(m: Measurement) -> None:
             bar.update(task, advance=1, description=f"{m.name} {m.params.get('size_bytes', '')} B")
+            if on_done is not None:
+                on_done(m)
 
         return measure_collectives(device, ops, sizes, settings, on_done=done)
 
 
+def _watch_parent(parent: int) -> None:
+    """End this rank when the process that spawned it is gone (killed with -9, say): a rank left
+    alone would wait in its collective forever."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pygpuperf-parent-watch", daemon=True).start()
+
+
+def _write_partial(out_path: str, measurements: Sequence[Measurement]) -> None:
+    """Rank 0's measurements so far, replaced atomically after each one: the parent keeps them on a stop."""
+    tmp = f"{out_path}.{os.getpid()}.tmp"
+    Path(tmp).write_text(json.dumps(Results(meta={}, measurements=list(measurements)).to_dict()), encoding="utf-8")
+    os.replace(tmp, out_path)
+
+
 def _spawned_rank(rank: int, world_size: int, device_type: str, port: int, ops: Sequence[str], sizes: Sequence[int],
-                  settings: RunSettings, out_path: str, progress: bool) -> None:
+                  settings: RunSettings, out_path: str, progress: bool, parent: int) -> None:
+    # The parent decides when to stop (Ctrl-C reaches the whole process group): the ranks ignore
+    # SIGINT and end on the parent's SIGTERM, or when the parent is gone.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent(parent)
     if device_type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # the ranks share this host's cores
     device = _init_group(device_type, rank, world_size, rank, f"tcp://127.0.0.1:{port}")
     try:
-        measurements = _measure_in_group(device, ops, sizes, settings, progress)
-        if rank == 0:
-            # Plain JSON through the result model: no pickle between processes.
-            Path(out_path).write_text(json.dumps(Results(meta={}, measurements=measurements).to_dict()),
-                                      encoding="utf-8")
+        done: list[Measurement] = []
+
+        def keep(m: Measurement) -> None:
+            done.append(m)
+            if rank == 0:  # plain JSON through the result model: no pickle between processes
+                _write_partial(out_path, done)
+
+        _measure_in_group(device, ops, sizes, settings, progress, keep)
     finally:
         dist.destroy_process_group()
 
@@ -513,6 +542,30 @@ def default_world_size(device_type: str) -> int:
     return 2
 
 
+# Seconds the ranks get to leave after SIGTERM before they are killed.
+_RANK_GRACE_S = 5.0
+
+
+def _end_ranks(context) -> None:
+    """SIGTERM every rank still running, then SIGKILL what is left after a grace period."""
+    for process in context.processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + _RANK_GRACE_S
+    for process in context.processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _read_partial(out_path: str) -> list[Measurement]:
+    if not os.path.exists(out_path):
+        return []
+    doc = json.loads(Path(out_path).read_text(encoding="utf-8"))
+    return Results.from_dict({"findings": [], "workloads": [], **doc}).measurements
+
+
 def run_collectives(
     device_type: str = "cuda",
     world_size: int | None = None,
@@ -522,12 +575,17 @@ def run_collectives(
     max_size: int | None = None,
     settings: RunSettings | None = None,
     progress: bool = False,
+    into: list[Measurement] | None = None,
 ) -> list[Measurement]:
     """Measure collectives on this host: one spawned process per GPU (default: every visible
-    GPU; on the CPU two processes), rendezvous on a free localhost port; rank 0's measurements.
+    GPU; on the CPU two processes), rendezvous on a free localhost port; rank 0's measurements,
+    also appended to `into`.
 
-    With fewer than two GPUs each op comes back waived with the reason.
+    A stop (KeyboardInterrupt, :class:`pygpuperf.stopping.Stopped`) ends every rank, appends the
+    measurements rank 0 had finished to `into`, and is raised again. With fewer than two GPUs
+    each op comes back waived with the reason.
     """
+    into = [] if into is None else into
     if device_type not in ("cuda", "cpu"):
         raise ValueError(f"device type {device_type!r}: collectives run on 'cuda' (NCCL) or 'cpu' (Gloo)")
     for op in ops:
@@ -540,19 +598,33 @@ def run_collectives(
     if device_type == "cuda" and (visible < 2 or world_size > visible):
         reason = (f"needs two or more CUDA GPUs; {visible} visible" if visible < 2
                   else f"{world_size} ranks asked for, {visible} GPUs visible")
-        return [Measurement.not_run(f"collective.{op}", backend=backend_name("cuda"),
-                                    device=device_label("cuda", world_size), status="waived", reason=reason)
-                for op in ops]
+        waived = [Measurement.not_run(f"collective.{op}", backend=backend_name("cuda"),
+                                      device=device_label("cuda", world_size), status="waived", reason=reason)
+                  for op in ops]
+        into += waived
+        return waived
     if world_size < 2:
         raise ValueError(f"world size {world_size}: a collective needs at least two ranks")
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="pygpuperf-collectives-") as folder:
         out_path = os.path.join(folder, "rank0.json")
-        mp.spawn(_spawned_rank, args=(world_size, device_type, _free_port(), tuple(ops), tuple(chosen), settings,
-                                      out_path, progress), nprocs=world_size, join=True)
-        doc = json.loads(Path(out_path).read_text(encoding="utf-8"))
-    return Results.from_dict({"findings": [], "workloads": [], **doc}).measurements
+        context = mp.start_processes(_spawned_rank, args=(world_size, device_type, _free_port(), tuple(ops),
+                                                          tuple(chosen), settings, out_path, progress, os.getpid()),
+                                     nprocs=world_size, join=False, start_method="spawn")
+        try:
+            while not context.join(timeout=0.5):
+                pass
+        except KeyboardInterrupt:
+            _end_ranks(context)
+            into += _read_partial(out_path)
+            raise
+        except BaseException:
+            _end_ranks(context)
+            raise
+        measured = _read_partial(out_path)
+    into += measured
+    return measured
 
 
 def run_launched(
@@ -578,13 +650,8 @@ def run_launched(
 # --------------------------------------------------------------------------- command line
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
-        raise UsageError(f"{message}; see --help")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m pygpuperf.collectives",
+    p = cli.Parser(prog="python -m pygpuperf.collectives",
                 description="Collective bandwidth (time, algbw, busbw as nccl-tests counts them) through "
                             "torch.distributed; run it plainly or under torchrun.")
     p.add_argument("--device", choices=("cuda", "cpu"), help="cuda: NCCL over the GPUs; cpu: Gloo "
@@ -597,7 +664,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "2 on the CPU)")
     p.add_argument("--samples", type=int, help="timed samples per size (default 20, quick 10)")
     p.add_argument("--warmup", type=int, help="untimed runs first (default 5, quick 2)")
-    p.add_argument("--out", type=Path, help="output folder (default ./pygpuperf-results/collectives-<UTC time>)")
+    cli.add_folder_flags(p, "output folder (default ./pygpuperf-results/collectives-<UTC time>-<run id>)")
+    p.add_argument("--json", action="store_true", help="print the results JSON on stdout (the table goes to stderr)")
     return p
 
 
@@ -653,10 +721,6 @@ def _check_launch(args: argparse.Namespace, device_type: str) -> None:
                              "launch at most that many processes per node")
     elif args.world_size is not None and args.world_size < 2:
         raise UsageError(f"--world-size {args.world_size}: a collective needs two or more ranks")
-
-
-def _out_dir(args: argparse.Namespace) -> Path:
-    return cli.output_dir(args.out, "collectives")
 
 
 def _fmt(value: float) -> str:
@@ -723,9 +787,7 @@ def _write(results: Results, out: Path) -> Path:
     from pygpuperf import io
 
     path = out / "collectives.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(io.to_json(results), encoding="utf-8")  # to_json validates against the schema
-    os.replace(tmp, path)
+    io.atomic_write(path, io.to_json(results))  # to_json validates against the schema
     return path
 
 
@@ -738,31 +800,54 @@ def run(argv: list[str] | None = None) -> int:
     device_type = _device_type(args)
     _check_launch(args, device_type)
     is_rank0 = int(os.environ.get("RANK", "0")) == 0 if launched_by_torchrun() else True
-    out = _out_dir(args) if is_rank0 else None
-    started = time.monotonic()
-    if launched_by_torchrun():
-        measurements, facts = run_launched(device_type, ops, sizes, settings, progress=sys.stderr.isatty())
-        launch = "torchrun"
-    else:
-        world = args.world_size or default_world_size(device_type)
-        measurements = run_collectives(device_type, world, ops, sizes, settings=settings,
-                                       progress=sys.stderr.isatty())
-        facts = {"world_size": world, "hostnames": [socket.gethostname()],
-                 "communication_backend": "nccl" if device_type == "cuda" else "gloo", "device_type": device_type}
-        launch = "spawn"
-    if not is_rank0 or out is None:
+    if not is_rank0:  # under torchrun every rank measures; rank 0 alone writes
+        run_launched(device_type, ops, sizes, settings)
         return 0
+    with cli.claim_output(args.out, "collectives", "collectives.json", overwrite=args.overwrite) as folder, \
+            stopping.stop_signals() as signals:
+        return _run_rank0(folder.path, args, argv, device_type, ops, sizes, settings, signals)
+
+
+def _run_rank0(out: Path, args: argparse.Namespace, argv: list[str], device_type: str, ops: list[str],
+               sizes: list[int], settings: RunSettings, signals) -> int:
     from rich.console import Console
 
+    started = time.monotonic()
+    measurements: list[Measurement] = []
+    stopped: KeyboardInterrupt | None = None
+    launch = "torchrun" if launched_by_torchrun() else "spawn"
+    world = int(os.environ["WORLD_SIZE"]) if launch == "torchrun" else args.world_size or default_world_size(device_type)
+    facts: dict[str, object] = {"world_size": world, "hostnames": [socket.gethostname()],
+                                "communication_backend": "nccl" if device_type == "cuda" else "gloo",
+                                "device_type": device_type}
+    try:
+        if launch == "torchrun":
+            launched, facts = run_launched(device_type, ops, sizes, settings, progress=sys.stderr.isatty())
+            measurements += launched
+        else:
+            run_collectives(device_type, world, ops, sizes, settings=settings, progress=sys.stderr.isatty(),
+                            into=measurements)
+    except KeyboardInterrupt as exc:
+        stopped = exc
+    signals.hold()
+    stopped = stopped or signals.stopped
     results = _results(measurements, device_type, facts, launch, argv)
     results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    results.meta["interrupted"] = stopped is not None
+    console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 150)
     hosts = facts.get("hostnames") or []
     console.print(collectives_table(measurements, f"collectives over {measurements[0].device if measurements else ''}"
                                     f" ({facts.get('communication_backend')}, {len(hosts)} host(s)); {COUNTING}"))
     path = _write(results, out)
+    if args.json:
+        from pygpuperf import io
+
+        sys.stdout.write(io.to_json(results) + "\n")
     print(f"wrote {path}", file=sys.stderr)
-    return 0
+    if stopped is not None:
+        return stopping.exit_code_of(stopped)
+    wrong = any(m.status == "ok" and not m.verified for m in measurements)
+    return cli.EXIT_FAILED if wrong else cli.EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

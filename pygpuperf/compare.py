@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +22,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pygpuperf import cli, datasheets, io, peaks
+from pygpuperf import cli, datasheets, io, peaks, validation
 from pygpuperf.analysis import HALF_RATE_RATIO, SAME_RATE_RATIO
 from pygpuperf.device import UsageError
-from pygpuperf.results import MachineModel, unit_for
+from pygpuperf.results import MachineModel
+from pygpuperf.validation import one_line as _one_line
 
 DATASHEET_PREFIX = "datasheet:"
 FAMILIES = ("compute", "memory", "links", "latency", "communication")
@@ -35,12 +35,6 @@ NOTABLE_RATIO = 1.1
 LINK_NOTABLE_RATIO = 1.5
 # Winners closer than this are level.
 LEVEL_RATIO = 1.02
-# A ceiling above this in its unit is not a measurement but a damaged or forged file.
-MAX_CEILING = 1e9
-# Measurement family behind each MachineModel table, for the unit a ceiling must carry.
-_MEASUREMENT_FAMILY = {"compute": "compute", "memory": "memory", "links": "transfer", "latency": "latency",
-                       "communication": "collective"}
-_CEILING_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
 _LABEL_LENGTH = 60
 # Compute rows in this order: the tensor units first, then what a library reaches, then vector units.
 _COMPUTE_ORDER = ("tensor", "library", "cuda", "simd")
@@ -104,12 +98,6 @@ class Comparison:
     verdicts: list[Verdict] = field(default_factory=list)
 
 
-def _one_line(text: Any, limit: int = 300) -> str:
-    """Untrusted text as one printable line: control characters (terminal escapes, newlines) become spaces."""
-    cleaned = "".join(c if c.isprintable() else " " for c in str(text))
-    return " ".join(cleaned.split())[:limit]
-
-
 def _device_name(meta: Any) -> str:
     device = meta.get("device") if isinstance(meta, dict) else None
     name = device.get("name") if isinstance(device, dict) else None
@@ -117,24 +105,10 @@ def _device_name(meta: Any) -> str:
 
 
 def _check_model(model: MachineModel, where: str) -> None:
-    """Reject ceilings no measurement can have: odd names, non-finite, negative or absurd values."""
-    for family in FAMILIES:
-        for key, ceiling in getattr(model, family).items():
-            if not _CEILING_NAME.match(key):
-                raise UsageError(f"{where}: ceiling name {_one_line(key, 40)!r} under {family} is not a measurement "
-                                 "name; the file is damaged or forged, re-run python -m pygpuperf.roofline")
-            value = ceiling.value
-            try:
-                plausible = not isinstance(value, bool) and 0 < float(value) <= MAX_CEILING  # NaN compares false
-            except (TypeError, ValueError, OverflowError):  # not a number, or an integer beyond any float
-                plausible = False
-            if not plausible:
-                raise UsageError(f"{where}: ceiling {family}.{key} is {_one_line(value, 40)}, not a plausible "
-                                 "figure; the file is damaged or forged, re-run python -m pygpuperf.roofline")
-            expected = unit_for(f"{_MEASUREMENT_FAMILY[family]}.{key}")
-            if ceiling.unit != expected:
-                raise UsageError(f"{where}: ceiling {family}.{key} is in {_one_line(ceiling.unit, 20)!r}, not "
-                                 f"{expected}; the file is damaged or forged, re-run python -m pygpuperf.roofline")
+    try:
+        validation.check_machine_model(model, where)
+    except validation.DocumentValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def load_entry(spec: str) -> Entry:

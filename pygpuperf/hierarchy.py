@@ -463,6 +463,22 @@ def _median_point(points: list[Measurement]) -> Measurement:
     return ranked[(len(ranked) - 1) // 2]
 
 
+def derived_sources(device_type: str) -> dict[str, str]:
+    """Figures read off a sweep's plateaus rather than measured by a probe of their own, and that
+    sweep: what ``--probes memory.l3.read`` has to run. GPUs measure their latency points directly."""
+    levels = ("l1", "l2", "l3") if device_type == "cpu" else ("l1", "l2")
+    memory = {f"memory.{level}.read": SWEEP for level in levels}
+    if device_type != "cpu":
+        return memory
+    latency = {f"latency.{level}": LATENCY_SWEEP for level in ("l1", "l2", "l3", "dram")}
+    return {**memory, **latency}
+
+
+def source_probe(name: str, device_type: str) -> str:
+    """The probe that measures `name`: itself, or the sweep a derived figure comes from."""
+    return derived_sources(device_type).get(name, name)
+
+
 def derive_cache_measurements(measurements: Iterable[Measurement], device_meta: dict[str, Any]) -> list[Measurement]:
     """Cache-level measurements from the plateaus of each backend's sweeps.
 

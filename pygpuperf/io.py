@@ -7,8 +7,11 @@ validated against their schema in data/.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import tempfile
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -41,6 +44,27 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+def _finite_float(text: str) -> float:
+    """JSON numbers beyond a double (1e400) would parse as infinity: no measurement is infinite."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    """Integers past 2**63 count nothing real here and would overflow a float."""
+    value = int(text)
+    if abs(value) >= 2**63:
+        raise ValueError(f"integer {text[:40]}... is out of range")
+    return value
+
+
+def parse_json(text: str) -> Any:
+    """Plain JSON with no NaN, Infinity or out-of-range numbers; ValueError otherwise."""
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
+
+
 def _check(doc: Any, schema_name: str, origin: str, kind: str) -> None:
     validator = jsonschema.Draft202012Validator(schema(schema_name))
     error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
@@ -62,7 +86,7 @@ def load_document(path: str | os.PathLike, schema_name: str, kind: str) -> Any:
         size = path.stat().st_size
         if size > MAX_RESULTS_BYTES:
             raise ResultsFileError(f"{path}: {size} bytes is larger than a {kind} can be")
-        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        doc = parse_json(path.read_text(encoding="utf-8"))
     except ResultsFileError:
         raise
     except (OSError, UnicodeDecodeError) as exc:
@@ -123,12 +147,28 @@ def write_results(results: Results, out_dir: Path) -> dict[str, Path]:
     """Write results.json and results.csv; returns their paths. Writes atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "results.json", "csv": out_dir / "results.csv"}
-    _atomic_write(paths["json"], to_json(results))
-    _atomic_write(paths["csv"], to_frame(results).to_csv(index=False))
+    atomic_write(paths["json"], to_json(results))
+    atomic_write(paths["csv"], to_frame(results).to_csv(index=False))
     return paths
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def write_checkpoint(results: Results, out_dir: Path) -> Path:
+    """results.json as it stands mid-run (after each probe): raw measurements, no conclusions yet.
+
+    Not validated on the way out (that costs more than a short probe); the final write is."""
+    path = out_dir / "results.json"
+    atomic_write(path, json.dumps(results.to_dict(), allow_nan=False))
+    return path
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step: a reader sees the old file or the new, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

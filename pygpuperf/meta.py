@@ -45,8 +45,10 @@ def device_facts(device: torch.device) -> dict[str, Any]:
             multiprocessor_count=p.multi_processor_count,
             l2_cache_bytes=getattr(p, "L2_cache_size", None),
             memory_bytes=p.total_memory,
+            uuid=_torch_uuid(p),
+            pci_bus_id=_pci_bus_id(p),
         )
-        facts.update(telemetry.static_facts(device))
+        facts.update({k: v for k, v in telemetry.static_facts(device).items() if v is not None or k not in facts})
     elif device.type == "cpu":
         facts.update(name=cpu_model() or "cpu", cores=os.cpu_count(), memory_bytes=host_memory_bytes(),
                      threads=torch.get_num_threads())
@@ -56,6 +58,33 @@ def device_facts(device: torch.device) -> dict[str, Any]:
 
         facts.update(name=device_name(device))
     return facts
+
+
+def _torch_uuid(props: Any) -> str | None:
+    """The device UUID torch reports (NVML's form, GPU-xxxxxxxx-...), where it reports one."""
+    value = getattr(props, "uuid", None)
+    if value is None:
+        return None
+    text = str(value)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
+
+
+def _pci_bus_id(props: Any) -> str | None:
+    """domain:bus:device.0 as sysfs writes it, e.g. 0000:1a:00.0."""
+    try:
+        return f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    except AttributeError:
+        return None
+
+
+def device_identity(facts: dict[str, Any]) -> str:
+    """A short label that tells identical cards apart: the UUID's first 8 hex digits, else the
+    PCI bus id; "" where neither is known (a CPU)."""
+    uuid = str(facts.get("uuid") or "")
+    if uuid:
+        return uuid.removeprefix("GPU-").replace("-", "")[:8].lower()
+    bus = str(facts.get("pci_bus_id") or "")
+    return bus.replace(":", "").replace(".", "") if bus else ""
 
 
 def collect(device: torch.device, argv: list[str] | None = None) -> dict[str, Any]:

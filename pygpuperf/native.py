@@ -1,20 +1,58 @@
 """Typed wrappers over the extension's ops (``torch.ops.pygpuperf``).
 
 torch is imported before ``_C``: loading ``_C`` registers the ops with torch's dispatcher.
+An extension built against another torch than the one running is not loaded at all (its
+C++ ABI would not match): the build records its torch in _build_torch.txt, checked first.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-try:
-    from pygpuperf import _C  # noqa: F401  (registers torch.ops.pygpuperf.*)
+REBUILD = "pip install --no-build-isolation -e ."
 
-    IMPORT_ERROR: str | None = None
-except ImportError as exc:  # a source checkout that was never built
-    IMPORT_ERROR = str(exc)
+
+def build_torch_version() -> str | None:
+    """The torch version the installed extension was built against, from the record beside it
+    (found without loading it); None where there is no extension or no record."""
+    try:
+        spec = importlib.util.find_spec("pygpuperf._C")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    try:
+        return (Path(spec.origin).parent / "_build_torch.txt").read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def _mismatch(built: str | None, running: str) -> str | None:
+    """Why an extension built against torch `built` must not load under torch `running`."""
+    if built is None or built == running:
+        return None
+    return (f"the native extension was built against torch {built} but torch {running} is running; "
+            f"rebuild it against this torch: {REBUILD}")
+
+
+def _load() -> str | None:
+    mismatch = _mismatch(build_torch_version(), torch.__version__)
+    if mismatch:
+        warnings.warn(mismatch, stacklevel=3)
+        return mismatch
+    try:
+        from pygpuperf import _C  # noqa: F401  (registers torch.ops.pygpuperf.*)
+    except ImportError as exc:  # a source checkout that was never built
+        return str(exc)
+    return None
+
+
+IMPORT_ERROR: str | None = _load()
 
 
 def available() -> bool:
@@ -26,7 +64,7 @@ def _ops():
     if IMPORT_ERROR is not None:
         raise RuntimeError(
             f"pygpuperf's native extension is not built ({IMPORT_ERROR}); "
-            "run: pip install --no-build-isolation -e ."
+            f"run: {REBUILD}"
         )
     return torch.ops.pygpuperf
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from pygpuperf import cli, datasheets
+from pygpuperf import cli, datasheets, validation
 from pygpuperf.device import UsageError
 from pygpuperf.explain import attribution, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
@@ -346,12 +346,14 @@ def load_card(spec: str) -> Card:
                          f"cards: {', '.join(datasheets.card_keys())}")
     try:
         results = io.load_results(path)
-    except (ValueError, KeyError, OSError) as exc:
-        raise UsageError(f"{spec}: cannot read results ({exc})") from None
-    if results.machine_model is None:
-        raise UsageError(f"{spec}: has no machine model; run the compute and memory probes first")
+        if results.machine_model is None:
+            raise UsageError(f"{spec}: has no machine model; run the compute and memory probes first")
+        validation.check_machine_model(results.machine_model, validation.one_line(spec, 120))
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
+        raise UsageError(f"{validation.one_line(spec, 120)}: cannot use these results ({validation.one_line(exc)})") \
+            from None
     device = results.meta.get("device", {}) if isinstance(results.meta.get("device"), dict) else {}
-    return Card(str(device.get("name") or path.stem), results.machine_model)
+    return Card(validation.one_line(device.get("name") or path.stem, 60), results.machine_model)
 
 
 def _unprofiled_step_us(profile_path: Path) -> float | None:
@@ -461,13 +463,8 @@ def validation_table(groups: Sequence[ValidationGroup], source: str) -> str:
 # --------------------------------------------------------------------------- command line
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(f"{message}; see --help")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m pygpuperf.predict", description=__doc__.splitlines()[0])
+    p = cli.Parser(prog="python -m pygpuperf.predict", description=__doc__.splitlines()[0])
     p.add_argument("--profile", type=Path, required=True, help="explain.json, or the folder holding it")
     p.add_argument("--source-model", required=True, help="results.json of the profiled GPU, or datasheet:<card>")
     p.add_argument("--target", action="append", default=[], help="datasheet:<card> or results.json (repeatable)")
@@ -478,9 +475,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source-step-ms", type=float,
                    help="step time without the profiler, for profiles that do not record it")
     p.add_argument("--validate", type=Path, help="published figures (JSON) to check predicted ratios against")
-    p.add_argument("--out", type=Path, help="folder for prediction.json, prediction.png/.svg and prediction.html "
-                   "(and the validation table)")
+    p.add_argument("--out", type=cli.folder_argument,
+                   help="folder for prediction.json, prediction.png/.svg and prediction.html (and the validation table)")
+    p.add_argument("--overwrite", action="store_true", help="write into an --out folder that holds an earlier prediction")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--allow-cross-device", action="store_true",
+                   help="price a profile against a source model of another device kind (a CPU profile on a GPU model)")
     return p
 
 
@@ -510,21 +510,23 @@ def prediction_documents(predictions: Sequence[Prediction], prices: dict[str, fl
 
 def _print_table(predictions: Sequence[Prediction], prices: dict[str, float]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"predicted from {predictions[0].source} ({predictions[0].source_throughput:,.0f} samples/s)")
+    table = Table(title=f"predicted from {escape(predictions[0].source)} "
+                        f"({predictions[0].source_throughput:,.0f} samples/s)")
     for column in ("target", "batch", "step ms", "samples/s", "x source", *(["samples per EUR"] if prices else []),
                    "notes"):
         table.add_column(column, justify="left" if column in ("target", "notes") else "right")
     for p in predictions:
         per_eur = samples_per_eur(p, prices)
-        table.add_row(p.target, str(p.samples_per_step), f"{p.step_us / 1e3:.2f}", f"{p.throughput:,.0f}",
+        table.add_row(escape(p.target), str(p.samples_per_step), f"{p.step_us / 1e3:.2f}", f"{p.throughput:,.0f}",
                       f"{p.ratio_to_source:.2f}", *([f"{per_eur:,.0f}" if per_eur else "-"] if prices else []),
-                      "; ".join(p.notes[:3]))
+                      escape("; ".join(p.notes[:3])))
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     for p in predictions:
-        console.print(f"[bold]{p.target}[/bold]: {p.confidence}", highlight=False)
+        console.print(f"[bold]{escape(p.target)}[/bold]: {escape(p.confidence)}", highlight=False)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -535,14 +537,33 @@ def run(argv: list[str] | None = None) -> int:
         raise UsageError(f"--profile {args.profile}: no such file or folder")
     try:
         profile = load_explanation(args.profile)
-    except (ValueError, KeyError, OSError) as exc:
-        raise UsageError(f"--profile {args.profile}: not an explain.json ({exc})") from None
+        validation.check_explanation(profile, str(args.profile))
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
+        raise UsageError(f"--profile {validation.one_line(args.profile, 120)}: not a usable explain.json "
+                         f"({validation.one_line(exc)})") from None
     if args.samples_per_step is not None and args.samples_per_step < 1:
         raise UsageError(f"--samples-per-step {args.samples_per_step}: needs at least 1")
+    for name, value in (("--peak-memory-gb", args.peak_memory_gb), ("--source-step-ms", args.source_step_ms)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{name} {value}: give a positive number")
     source = load_card(args.source_model)
+    if not validation.same_kind(source.model, profile.device) and not args.allow_cross_device:
+        raise UsageError(f"--source-model {validation.one_line(args.source_model, 80)} is a "
+                         f"{validation.device_kind(source.model.device, source.model.origin)} model but the profile "
+                         f"ran on {validation.one_line(profile.device, 40)}: give the results.json of the device that "
+                         "ran the profile, or --allow-cross-device to price it anyway")
     step_us = args.source_step_ms * 1e3 if args.source_step_ms else _unprofiled_step_us(args.profile)
     prices = _prices(args.price)
-    out = cli.output_dir(args.out, "prediction") if args.out else None
+    folder = cli.claim_output(args.out, "prediction", "prediction.json", overwrite=args.overwrite) if args.out else None
+    try:
+        return _predict_and_write(args, profile, source, step_us, prices, folder.path if folder else None)
+    finally:
+        if folder is not None:
+            folder.release()
+
+
+def _predict_and_write(args: argparse.Namespace, profile: Explanation, source: Card, step_us: float | None,
+                       prices: dict[str, float], out: Path | None) -> int:
     if args.validate:
         from pygpuperf import io
 

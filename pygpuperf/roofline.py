@@ -1,21 +1,26 @@
 """`python -m pygpuperf.roofline`: characterize a device, run a model, place it on the roofline.
 
-Exit codes: 0 done, 2 bad input (one line naming the fix), 130 interrupted (what was
-measured is still written to results.json).
+results.json is written after every probe, so any stop keeps what was measured. Exit codes:
+0 done and every result verified; 1 a verification failed or an error finding was raised
+(results written); 2 bad input (one line naming the fix); 130, 143, 129 stopped by SIGINT,
+SIGTERM, SIGHUP (results written). ``--resume DIR`` continues a stopped run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pygpuperf import analysis, cli, collectives, io, links, meta, suite
+from pygpuperf import analysis, cli, collectives, hierarchy, io, links, meta, stopping, suite
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError, device_slug, resolve_device
 from pygpuperf.report.chart import roofline_charts
@@ -23,19 +28,18 @@ from pygpuperf.report.datasheet_chart import datasheet_chart
 from pygpuperf.report.html import write_html_report
 from pygpuperf.report.sweep_chart import sweep_chart
 from pygpuperf.report.table import print_summary
-from pygpuperf.results import Measurement, Results
+from pygpuperf.results import Finding, Measurement, Results
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
-        raise UsageError(f"{message}; see --help")
+DOCUMENT = "results.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m pygpuperf.roofline", description=__doc__.splitlines()[0])
+    p = cli.Parser(prog="python -m pygpuperf.roofline", description=__doc__.splitlines()[0])
     p.add_argument("--device", help="cpu, cuda, cuda:N, xpu, mps (default: first GPU, else CPU)")
     p.add_argument("--quick", action="store_true", help="fewer samples and smaller buffers")
-    p.add_argument("--out", type=Path, help="output folder (default ./pygpuperf-results/<device>-<UTC time>)")
-    p.add_argument("--list", action="store_true", help="list probes for the device and exit")
+    cli.add_folder_flags(p, "output folder (default ./pygpuperf-results/<device>-<id>-<UTC time>-<run id>)",
+                         resume=True)
+    p.add_argument("--list", action="store_true", help="list probes for the device and exit (with --json: as JSON)")
     p.add_argument("--probes", nargs="+", metavar="NAME", help="probe names or dotted prefixes (e.g. memory)")
     p.add_argument("--backend", default="all", choices=suite.BACKEND_CHOICES,
                    help="all: native and torch figures side by side; auto: native where it has the probe, "
@@ -51,51 +55,76 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args: argparse.Namespace) -> RunSettings:
-    samples = args.samples or (5 if args.quick else 20)
+    samples = (5 if args.quick else 20) if args.samples is None else args.samples
     if samples < 1:
         raise UsageError(f"--samples {samples}: needs at least 1")
     return RunSettings(warmup=1 if args.quick else 3, samples=samples, size_bytes=0, quick=args.quick)
 
 
-def _model_name(args: argparse.Namespace, device_type: str) -> str | None:
-    from pygpuperf.workloads import WORKLOADS, default_workload_name
+@dataclass
+class ModelChoice:
+    name: str | None
+    findings: list[Finding] = field(default_factory=list)  # why the default was replaced, if it was
 
-    name = args.model or default_workload_name(device_type)
-    if name == "none":
-        return None
-    if name not in WORKLOADS:
-        raise UsageError(f"--model {name}: unknown; choose one of {', '.join(sorted(WORKLOADS))} or none")
+
+def _model_choice(args: argparse.Namespace, device_type: str) -> ModelChoice:
+    """The workload to run. A named one that cannot run here is bad input; the default that cannot
+    (no torchvision) is replaced by one of plain torch, with a finding that says so."""
+    from pygpuperf.workloads import WORKLOADS, default_workload_name, fallback_workload_name
+
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"--batch-size {args.batch_size}: needs at least 1")
-    return name
+    if args.model is not None:
+        if args.model == "none":
+            return ModelChoice(None)
+        if args.model not in WORKLOADS:
+            raise UsageError(f"--model {args.model!r}: unknown; choose one of {', '.join(sorted(WORKLOADS))} or none")
+        missing = WORKLOADS[args.model].unavailable()
+        if missing:
+            raise UsageError(f"--model {args.model}: {missing}")
+        return ModelChoice(args.model)
+    name = default_workload_name(device_type)
+    missing = WORKLOADS[name].unavailable()
+    if not missing:
+        return ModelChoice(name)
+    fallback = fallback_workload_name(device_type)
+    return ModelChoice(fallback, [Finding(
+        "warning", f"The default model {name} could not run here, so {fallback} ran in its place.",
+        {"default_model": name, "ran": fallback, "reason": missing},
+        missing.split("fix: ", 1)[-1].rstrip(".") + f" to run {name}; --model picks any other.")])
 
 
-def _out_dir(args: argparse.Namespace, device) -> Path:
-    return cli.output_dir(args.out, device_slug(device))
-
-
-def _list(device, console: Console) -> None:
-    variants: dict[tuple[str, str], int] = {}
-    firsts = []
+def _list(device, console: Console, as_json: bool) -> None:
+    entries: dict[tuple[str, str], dict] = {}
     for planned in suite.plan(device, "all"):
-        key = (planned.name, planned.backend.backend_name(device))
-        if key not in variants:
-            firsts.append(planned)
-        variants[key] = variants.get(key, 0) + 1
-    for planned in firsts:
         backend = planned.backend.backend_name(device)
-        reason = planned.backend.waiver(planned.name, device)
-        status = f"waived: {reason}" if reason else planned.backend.describe(planned.name, device)
-        count = variants[(planned.name, backend)]
-        console.print(f"{planned.name:32s} {backend:12s} {f'{count} variants' if count > 1 else '':12s} {status}")
+        key = (planned.name, backend)
+        if key not in entries:
+            reason = planned.backend.waiver(planned.name, device)
+            entries[key] = {"name": planned.name, "backend": backend, "variants": 0, "waived": reason,
+                            "description": "" if reason else planned.backend.describe(planned.name, device)}
+        entries[key]["variants"] += 1
+    where = "several GPUs" if device.type == "cuda" else "2 processes, only with --probes collective"
     for op in collectives.OPS:
-        where = "several GPUs" if device.type == "cuda" else "2 processes, only with --probes collective"
-        console.print(f"{'collective.' + op:32s} {collectives.backend_name(device.type):12s} {'':12s} "
-                      f"{op} through torch.distributed, 8 KiB-1 GiB, nccl-tests busbw ({where})")
+        entries[(f"collective.{op}", "")] = {
+            "name": f"collective.{op}", "backend": collectives.backend_name(device.type), "variants": 1,
+            "waived": None, "description": f"{op} through torch.distributed, 8 KiB-1 GiB, nccl-tests busbw ({where})"}
+    for derived, source in hierarchy.derived_sources(device.type).items():
+        entries[(derived, "")] = {"name": derived, "backend": "", "variants": 0, "waived": None,
+                                  "description": f"read off the {source} plateaus (--probes {derived} runs {source})"}
+    if as_json:
+        sys.stdout.write(json.dumps(list(entries.values()), indent=1) + "\n")
+        return
+    for e in entries.values():
+        status = f"waived: {e['waived']}" if e["waived"] else e["description"]
+        count = f"{e['variants']} variants" if e["variants"] > 1 else ""
+        console.print(f"{e['name']:32s} {e['backend']:12s} {count:12s} {escape(status)}", soft_wrap=True,
+                      highlight=False)
 
 
-def _split_selection(selection: list[str] | None) -> tuple[list[str] | None, list[str] | None]:
-    """(probe patterns, collective ops): 'collective' or 'collective.<op>' select collectives."""
+def _split_selection(selection: list[str] | None, device_type: str) -> tuple[list[str] | None, list[str] | None]:
+    """(probe patterns, collective ops): 'collective' or 'collective.<op>' select collectives; a
+    figure read off a sweep (memory.l3.read, latency.l1) selects its sweep."""
     if not selection:
         return None, None
     ops: list[str] = []
@@ -109,8 +138,8 @@ def _split_selection(selection: list[str] | None) -> tuple[list[str] | None, lis
                 raise UsageError(f"unknown probe {pattern!r}; collectives are {', '.join(collectives.OPS)}")
             ops.append(op)
         else:
-            rest.append(pattern)
-    return rest or None, ops or None
+            rest.append(hierarchy.source_probe(pattern, device_type))
+    return list(dict.fromkeys(rest)) or None, ops or None
 
 
 def _collective_ops(device, selection: list[str] | None, ops: list[str] | None) -> list[str]:
@@ -122,25 +151,64 @@ def _collective_ops(device, selection: list[str] | None, ops: list[str] | None) 
     return []
 
 
-def _measure_collectives(device, ops: list[str], quick: bool, measurements: list, console: Console) -> None:
+# --------------------------------------------------------------------------- resuming
+
+
+def _key(m: Measurement) -> tuple[str, str, str]:
+    return m.name, m.backend, m.params.get("variant", "")
+
+
+def _resumed(folder: Path, device) -> list[Measurement]:
+    """What the run in `folder` measured and verified on this device (figures derived from sweeps are
+    derived again); UsageError for an unreadable file or another device's run."""
+    if not (folder / DOCUMENT).is_file():
+        raise UsageError(f"--resume {folder}: there is no {DOCUMENT} to resume from; run without --resume")
+    try:
+        earlier = io.load_results(folder / DOCUMENT)
+    except io.ResultsFileError as exc:
+        raise UsageError(f"--resume: {exc}") from None
+    now = meta.device_facts(device)
+    then = earlier.meta.get("device", {})
+    for fact in ("type", "name", "uuid"):
+        if then.get(fact) and now.get(fact) and then.get(fact) != now.get(fact):
+            raise UsageError(f"--resume {folder}: that run measured {then.get(fact)!r} ({fact}), this one would "
+                             f"measure {now.get(fact)!r}; resume it on the same device")
+    return [m for m in earlier.measurements if m.usable and hierarchy.DERIVED_FROM not in m.params]
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _measure(probes, device, settings, results: Results, checkpoint, console: Console) -> None:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("probes", total=len(probes))
+
+        def done(m: Measurement) -> None:
+            checkpoint()
+            progress.advance(task)
+
+        suite.run(probes, device, settings, results.measurements,
+                  on_start=lambda p: progress.update(task, description=escape(p.label(device))), on_done=done)
+
+
+def _measure_collectives(device, ops: list[str], quick: bool, results: Results, checkpoint,
+                         console: Console) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the ranks allocate their own buffers on every GPU
     console.print(f"running collectives ({', '.join(ops)}) ...")
     try:
-        measurements += collectives.run_collectives(device.type, ops=ops, quick=quick)
+        collectives.run_collectives(device.type, ops=ops, quick=quick, into=results.measurements)
+    except KeyboardInterrupt:
+        checkpoint()  # the ranks' finished figures are in
+        raise
     except Exception as exc:  # a rank that failed: keep the rest of the run
         reason = " ".join(str(exc).split())[:500]
-        measurements += [Measurement.not_run(f"collective.{op}", backend=collectives.backend_name(device.type),
-                                             device=device.type, status="error", reason=reason) for op in ops]
-
-
-def _measure(probes, device, settings, measurements, console: Console) -> None:
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task("probes", total=len(probes))
-        suite.run(probes, device, settings, measurements,
-                  on_start=lambda p: progress.update(task, description=p.label(device)),
-                  on_done=lambda m: progress.advance(task))
+        done = {m.name for m in results.measurements}
+        results.measurements += [Measurement.not_run(f"collective.{op}", backend=collectives.backend_name(device.type),
+                                                     device=device.type, status="error", reason=reason)
+                                 for op in ops if f"collective.{op}" not in done]
+    checkpoint()
 
 
 def _run_model(name: str, args: argparse.Namespace, device, results: Results, out: Path, console: Console,
@@ -165,7 +233,7 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
                                               throughput=throughput)
         settings = dict(built.params)
     folder = out / "explain"
-    console.print(f"explained step of {name}:", highlight=False)
+    console.print(f"explained step of {escape(name)}:", highlight=False)
     written = explainer.write_explained(explanation, settings, results, folder,
                                         echo=lambda text: console.print(text, highlight=False, markup=False),
                                         echo_findings=False)  # the run's summary lists them with the rest
@@ -191,9 +259,50 @@ def _predict_model(explanation, results: Results, cards: list[str], folder: Path
                           for card in (predict.load_card(predict.DATASHEET_PREFIX + c) for c in cards)),
                          key=lambda p: -p.throughput)
     for p in predictions:
-        console.print(f"predicted on {p.target}: {p.throughput:,.0f} samples/s ({p.ratio_to_source:.2f}x)",
+        console.print(f"predicted on {escape(p.target)}: {p.throughput:,.0f} samples/s ({p.ratio_to_source:.2f}x)",
                       highlight=False)
     return write_prediction_report(predictions, {}, folder)
+
+
+def _failure(what: str, exc: BaseException, fix: str) -> Finding:
+    """An error after the probes, as a finding: the run's figures are written all the same."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+    return Finding("error", f"{what} failed, so the run is incomplete: {text}", {"error": text}, fix)
+
+
+def _model_fix(args: argparse.Namespace, exc: BaseException) -> str:
+    text = str(exc).lower()
+    if any(word in text for word in ("out of memory", "can't allocate", "cannot allocate", "not enough memory")):
+        return ("The model did not fit in memory at this batch size: run it again with a smaller --batch-size "
+                "(--resume keeps the probes already measured).")
+    return ("The probes are kept in results.json; run the model alone with python -m pygpuperf.explain "
+            f"{args.model or 'MODEL'} to see the error in full.")
+
+
+def _write_reports(results: Results, out: Path, sections: list[str]) -> list[Path]:
+    """results.json/csv, then each chart and report.html; a chart that fails leaves a finding, not a traceback."""
+    written = list(io.write_results(results, out).values())
+    for label, write in (("the roofline chart", lambda: roofline_charts(results, out)),
+                         ("the sweep chart", lambda: sweep_chart(results, out / "sweep.png")),
+                         ("the datasheet chart", lambda: datasheet_chart(results, out / "datasheet.png")),
+                         ("report.html", lambda: write_html_report(results, out / "report.html", sections=sections))):
+        try:
+            made = write()
+        except Exception as exc:  # the figures are safe in results.json already
+            results.findings.append(_failure(f"Writing {label}", exc, "results.json holds every figure; "
+                                             "report the error with that file."))
+            io.write_results(results, out)
+            continue
+        written += made if isinstance(made, list) else [made] if made else []
+    return written
+
+
+def exit_code(results: Results, stopped: KeyboardInterrupt | None) -> int:
+    """The documented exit code of a finished run (see the module docstring)."""
+    if stopped is not None:
+        return stopping.exit_code_of(stopped)
+    failed = any(m.status == "ok" and not m.verified for m in results.measurements)
+    return cli.EXIT_FAILED if failed or any(f.severity == "error" for f in results.findings) else cli.EXIT_OK
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -204,60 +313,86 @@ def run(argv: list[str] | None = None) -> int:
     out_console = err if args.json else Console(width=None if sys.stdout.isatty() else 150)
     device = resolve_device(args.device)
     if args.list:
-        _list(device, out_console)
+        _list(device, out_console, args.json)
         return 0
+    if args.resume is not None and args.out is not None:
+        raise UsageError("--resume DIR writes into DIR: leave out --out")
     settings = _settings(args)
-    selection, asked_ops = _split_selection(args.probes)
-    probes = suite.plan(device, args.backend, selection, quick=args.quick) if selection or not asked_ops else []
+    selection, asked_ops = _split_selection(args.probes, device.type)
+    planned = suite.plan(device, args.backend, selection, quick=args.quick) if selection or not asked_ops else []
     ops = _collective_ops(device, selection, asked_ops)
-    model_name = _model_name(args, device.type)
+    choice = _model_choice(args, device.type)
     if args.predict:
         from pygpuperf import datasheets
 
         unknown = [c for c in args.predict if c not in datasheets.card_keys()]
-        if unknown or not model_name:
+        if unknown or not choice.name:
             raise UsageError(f"--predict {' '.join(unknown)}: unknown card; choose from {', '.join(datasheets.card_keys())}"
                              if unknown else "--predict needs a model to explain; drop --model none")
-    out = _out_dir(args, device)
+    kept = _resumed(args.resume, device) if args.resume is not None else []
+    facts = meta.device_facts(device)
+    stem = "-".join(filter(None, (device_slug(device), meta.device_identity(facts))))
+    with cli.claim_output(args.resume or args.out, stem, DOCUMENT, overwrite=args.overwrite,
+                          resume=args.resume is not None) as folder, stopping.stop_signals() as signals:
+        return _run_in(folder.path, args, argv, device, settings, planned, ops, choice, kept, signals, err,
+                       out_console)
 
-    results = Results(meta=meta.collect(device, ["pygpuperf.roofline", *argv]))
+
+def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, ops, choice: ModelChoice,
+            kept: list[Measurement], signals, err: Console, out_console: Console) -> int:
+    results = Results(meta=meta.collect(device, ["pygpuperf.roofline", *argv]), measurements=list(kept))
     if device.type == "cuda":
         results.meta["links"] = links.link_facts()
-    interrupted = False
+    done = {_key(m) for m in kept}
+    probes = [p for p in planned if (p.name, p.backend.backend_name(device), p.variant) not in done]
+    if kept:
+        ops = [op for op in ops if not any(m.name == f"collective.{op}" for m in kept)]
+        results.meta["resumed"] = {"kept_measurements": len(kept), "skipped_probes": len(planned) - len(probes)}
+        err.print(f"resuming: {len(kept)} verified measurement(s) kept, {len(probes)} probe run(s) to go")
+
+    def checkpoint() -> None:
+        io.write_checkpoint(results, out)
+
+    stopped: KeyboardInterrupt | None = None
+    checkpoint()
+    started = time.monotonic()
     try:
-        started = time.monotonic()
-        try:
-            _measure(probes, device, settings, results.measurements, err)
-            if ops:
-                _measure_collectives(device, ops, args.quick, results.measurements, err)
-        finally:
-            results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
-    except KeyboardInterrupt:
-        interrupted = True
-        results.meta["interrupted"] = True
-        err.print("[yellow]interrupted: writing what was measured[/yellow]")
-    analysis.conclude(results, str(device))
+        _measure(probes, device, settings, results, checkpoint, err)
+        if ops:
+            _measure_collectives(device, ops, args.quick, results, checkpoint, err)
+    except KeyboardInterrupt as exc:
+        stopped = exc
+    finally:
+        results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
     written_explain: list[Path] = []
     sections: list[str] = []
-    if model_name and not interrupted:
-        try:
-            written_explain, sections = _run_model(model_name, args, device, results, out, out_console, err)
-        except KeyboardInterrupt:
-            interrupted = True
-            results.meta["interrupted"] = True
-            err.print("[yellow]interrupted while running the model: writing what was measured[/yellow]")
-
-    paths = io.write_results(results, out)
-    charts = roofline_charts(results, out)  # roofline.png and roofline.svg
-    sweeps = sweep_chart(results, out / "sweep.png")
-    sheet = datasheet_chart(results, out / "datasheet.png")
-    report = write_html_report(results, out / "report.html", sections=sections)
+    try:
+        analysis.conclude(results, str(device))
+        results.findings = choice.findings + results.findings
+        checkpoint()
+        if choice.name and stopped is None:
+            try:
+                written_explain, sections = _run_model(choice.name, args, device, results, out, out_console, err)
+            except KeyboardInterrupt as exc:
+                stopped = exc
+            except Exception as exc:  # the probes stay measured: a finding says what failed and how to fix it
+                results.findings.append(_failure(f"Running the model {choice.name}", exc, _model_fix(args, exc)))
+    except KeyboardInterrupt as exc:
+        stopped = exc
+    except Exception as exc:
+        results.findings.append(_failure("Concluding from the measurements", exc,
+                                         "results.json keeps the raw measurements; report the error with it."))
+    signals.hold()  # what follows is writing: a second signal must not cut it short
+    stopped = stopped or signals.stopped
+    if stopped is not None:
+        results.meta["interrupted"] = True
+        err.print(f"[yellow]{escape(str(stopped) or 'interrupted')}: writing what was measured[/yellow]")
+    written = _write_reports(results, out, sections) + written_explain
     print_summary(results, out_console)
     if args.json:
         sys.stdout.write(io.to_json(results) + "\n")
-    written = [paths["json"], paths["csv"], *charts] + [p for p in (sweeps, sheet, report) if p] + written_explain
-    err.print("wrote " + ", ".join(str(p) for p in written))
-    return 130 if interrupted else 0
+    err.print("wrote " + ", ".join(escape(str(p)) for p in written))
+    return exit_code(results, stopped or signals.stopped)
 
 
 def main(argv: list[str] | None = None) -> None:

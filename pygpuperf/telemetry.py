@@ -82,6 +82,8 @@ def static_facts(device: torch.device) -> dict[str, Any]:
         return {}
     n = pynvml
     facts: dict[str, Any] = {
+        "uuid": _text(_safe(n.nvmlDeviceGetUUID, h)),
+        "serial": _text(_safe(n.nvmlDeviceGetSerial, h)),
         "driver_version": _safe(n.nvmlSystemGetDriverVersion),
         "sm_clock_mhz": _safe(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
         "sm_clock_max_mhz": _safe(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM),
@@ -104,6 +106,12 @@ def static_facts(device: torch.device) -> dict[str, Any]:
     if mig is not None:
         facts["mig_enabled"] = bool(mig[0])
     return facts
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _milli(value: int | None) -> float | None:

@@ -154,17 +154,18 @@ def test_memory_bound_share_of_kernel_time_and_how_close_to_bandwidth():
     assert not [g for g in findings.explain_findings(compute) if "Memory-bound" in g.title]
 
 
-def test_self_check_violations_are_errors_listed_first():
+def test_self_check_violations_are_tool_warnings_not_errors():
     records = [kernel("memory_bound", 10, "aten::clamp_min_", bound=12) for _ in range(3)]
     records += [kernel("tensor_gemm", 100, "aten::cudnn_convolution", "fp16.acc32", bound=110),
                 kernel("layout", 900, "aten::cudnn_convolution")]
     found = findings.explain_findings(explained(records))
-    assert found[0].severity == "error"
-    assert "4 kernel(s) ran faster than their roofline bound (up to 1.20x)" in found[0].title
+    # pygpuperf's miscount, not the user's problem: no error finding (which would fail the run's exit code).
+    assert not [f for f in found if f.severity == "error"]
+    found = [f for f in found if "miscounts" in f.title]
+    assert found[0].severity == "warning"
+    assert "4 kernel(s) ran faster than the roofline bound pygpuperf gives them (up to 1.20x)" in found[0].title
     assert "aten::clamp_min_ (3), aten::cudnn_convolution (1)" in found[0].title
     assert found[0].evidence["by_op"] == {"aten::clamp_min_": 3, "aten::cudnn_convolution": 1}
-    assert [f.severity for f in found] == sorted((f.severity for f in found),
-                                                 key=["error", "warning", "info"].index)
 
 
 def test_low_coverage_names_unknown_ops():

@@ -23,7 +23,11 @@ __device__ __forceinline__ uint32_t sum_of(const uint4& v) { return (v.x + v.y) 
 // warp_sums[global warp index] = the warp's total, wrapping modulo 2^32 like the host
 // reference. Every lane of the warp must call it.
 __device__ __forceinline__ void store_warp_sum(uint32_t sum, uint32_t* warp_sums) {
-  sum = __reduce_add_sync(0xFFFFFFFFu, sum);
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  sum = __reduce_add_sync(0xFFFFFFFFu, sum);  // one REDUX instruction from sm_80 on
+#else
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+#endif
   if ((threadIdx.x & 31) == 0)
     warp_sums[(static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32] = sum;
 }

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from pygpuperf import cli, io
+from pygpuperf import cli, io, validation
 from pygpuperf.device import UsageError, device_slug, resolve_device
 from pygpuperf.explain import batch, compare, explainer
 from pygpuperf.results import MachineModel
@@ -30,19 +30,15 @@ from pygpuperf.workloads.knobs import AMP, COMPILE, CUDA_GRAPHS, CUDNN_BENCHMARK
 _KNOBS = (AMP, MEMORY_FORMAT, CUDNN_BENCHMARK, TF32, FP16_ACCUMULATION, COMPILE, CUDA_GRAPHS)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(f"{message}; see --help")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m pygpuperf.explain", description=__doc__.splitlines()[0])
+    p = cli.Parser(prog="python -m pygpuperf.explain", description=__doc__.splitlines()[0])
     p.add_argument("target", help="workload name, or path/to/file.py:make_step")
     p.add_argument("--device", help="cuda, cuda:N, cpu (default: first GPU, else CPU)")
     p.add_argument("--batch-size", type=int, help="batch size passed to the workload")
     p.add_argument("--machine-model", type=Path, help="results.json whose machine model is the roofline")
     p.add_argument("--steps", type=int, default=3, help="profiled steps (default 3)")
-    p.add_argument("--out", type=Path, help="output folder (default ./pygpuperf-results/explain-<device>-<time>)")
+    cli.add_folder_flags(p, "output folder (default ./pygpuperf-results/explain-<device>-<time>-<run id>)")
+    p.add_argument("--json", action="store_true", help="print explain.json on stdout (the waterfall goes to stderr)")
     for spec in _KNOBS:
         p.add_argument("--" + spec.name.replace("_", "-"), dest=spec.name, metavar="|".join(spec.choices) or
                        ("on|off" if spec.kind == "bool" else "VALUE"), help=spec.help)
@@ -59,11 +55,17 @@ def _machine_model(args: argparse.Namespace, device: torch.device) -> MachineMod
     if args.machine_model is not None:
         try:
             model = io.load_results(args.machine_model).machine_model
-        except io.ResultsFileError as exc:
-            raise UsageError(f"--machine-model: {exc}") from None
+            if model is not None:
+                validation.check_machine_model(model, validation.one_line(args.machine_model, 120))
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
+            raise UsageError(f"--machine-model: {validation.one_line(exc)}") from None
         if model is None:
             raise UsageError(f"--machine-model {args.machine_model}: the file has no machine model; "
                              "use a results.json written by python -m pygpuperf.roofline")
+        if not validation.same_kind(model, str(device)):
+            raise UsageError(f"--machine-model {validation.one_line(args.machine_model, 80)} was measured on "
+                             f"{validation.one_line(model.device, 40)}, but the step runs on {device}: give the "
+                             "results.json of this device, or leave --machine-model out to measure it now")
         return model
     return explainer.quick_machine_model(device)
 
@@ -92,16 +94,28 @@ def run(argv: list[str] | None = None) -> int:
     _check_target(args.target)
     if args.compare_config or args.batch_sweep:
         return _run_comparison_flags(args, device)
-    out = cli.output_dir(args.out, f"explain-{device_slug(device)}")
     knobs = _given_knobs(args)
     _check_knobs(args.target, [knobs])
     model = _machine_model(args, device)
-    built = _build_with(args.target, device, args.batch_size, knobs)
-    with built:
-        explanation = explainer.explain_built(built, model, device, steps=args.steps)
-    paths = explainer.write_explained(explanation, dict(built.params), model, out)
+    with cli.claim_output(args.out, f"explain-{device_slug(device)}", "explain.json",
+                          overwrite=args.overwrite) as folder:
+        built = _build_with(args.target, device, args.batch_size, knobs)
+        with built:
+            explanation = explainer.explain_built(built, model, device, steps=args.steps)
+        paths = explainer.write_explained(explanation, dict(built.params), model, folder.path, echo=_echo(args))
+    if args.json:
+        sys.stdout.write(paths[0].read_text(encoding="utf-8") + "\n")
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
-    return 0
+    return _exit_code(explanation.findings)
+
+
+def _echo(args: argparse.Namespace):
+    """Where the text goes: stdout, or stderr when stdout carries --json."""
+    return (lambda text: print(text, file=sys.stderr)) if args.json else print
+
+
+def _exit_code(findings) -> int:
+    return cli.EXIT_FAILED if any(f.severity == "error" for f in findings) else cli.EXIT_OK
 
 
 # --------------------------------------------------------------------------- findings, --compare-config, --batch-sweep
@@ -204,23 +218,32 @@ def _run_compare(args: argparse.Namespace, device: torch.device) -> int:
     if len(set(labels)) != len(labels):
         raise UsageError(f"--compare-config: the knob sets repeat ({' '.join(labels)}); give different ones")
     _check_knobs(args.target, knob_sets)
-    out = cli.output_dir(args.out, f"explain-compare-{device_slug(device)}")
     model = _machine_model(args, device)
+    with cli.claim_output(args.out, f"explain-compare-{device_slug(device)}", "compare.json",
+                          overwrite=args.overwrite) as folder:
+        return _compare_into(folder.path, args, device, model, labels, knob_sets)
+
+
+def _compare_into(out: Path, args: argparse.Namespace, device: torch.device, model: MachineModel,
+                  labels: list[str], knob_sets: list[dict[str, str]]) -> int:
     configs: list[compare.Config] = []
     paths: list[Path] = []
+    say = _echo(args)
     for label, knobs in zip(labels, knob_sets):
         knobs = {**_given_knobs(args), **knobs}
         built = _build_with(args.target, device, _config_batch(knobs.pop("batch_size", None), args.batch_size), knobs)
         with built:
             explanation = explainer.explain_built(built, model, device, steps=args.steps)
-        print(f"== {label}")
-        paths += explainer.write_explained(explanation, dict(built.params), model, out / _slug(label))
+        say(f"== {label}")
+        paths += explainer.write_explained(explanation, dict(built.params), model, out / _slug(label), echo=say)
         configs.append(compare.Config(label, explanation, built.samples_per_step, dict(built.params)))
     comparison = compare.compare(configs)
-    print("== comparison")
-    print("\n".join(comparison.summary_lines()))
+    say("== comparison")
+    say("\n".join(comparison.summary_lines()))
     path = out / "compare.json"
-    path.write_text(json.dumps(comparison.to_dict(), indent=1, default=str), encoding="utf-8")
+    io.atomic_write(path, json.dumps(comparison.to_dict(), indent=1, default=str))
+    if args.json:
+        sys.stdout.write(path.read_text(encoding="utf-8") + "\n")
     print("wrote " + ", ".join(str(p) for p in [*paths, path]), file=sys.stderr)
     return 0
 
@@ -229,13 +252,16 @@ def _run_batch_sweep(args: argparse.Namespace, device: torch.device) -> int:
     sizes = parse_batch_sizes(args.batch_sweep)
     if args.batch_size is not None:
         raise UsageError("--batch-size and --batch-sweep both set the batch; give one")
-    out = cli.output_dir(args.out, f"explain-batch-{device_slug(device)}")
     knobs = _given_knobs(args)
     _check_knobs(args.target, [knobs])
-    sweep = batch.batch_sweep(lambda size: _build_with(args.target, device, size, dict(knobs)), sizes, device)
-    print("\n".join(sweep.summary_lines()))
-    path = out / "batch_sweep.json"
-    path.write_text(json.dumps(sweep.to_dict(), indent=1, default=str), encoding="utf-8")
+    with cli.claim_output(args.out, f"explain-batch-{device_slug(device)}", "batch_sweep.json",
+                          overwrite=args.overwrite) as folder:
+        sweep = batch.batch_sweep(lambda size: _build_with(args.target, device, size, dict(knobs)), sizes, device)
+        _echo(args)("\n".join(sweep.summary_lines()))
+        path = folder.path / "batch_sweep.json"
+        io.atomic_write(path, json.dumps(sweep.to_dict(), indent=1, default=str))
+    if args.json:
+        sys.stdout.write(path.read_text(encoding="utf-8") + "\n")
     print(f"wrote {path}", file=sys.stderr)
     return 0
 

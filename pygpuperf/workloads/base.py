@@ -62,6 +62,10 @@ class Workload(ABC):
     def build(self, device: torch.device, batch_size: int | None = None, **knobs: Any) -> BuiltWorkload:
         """Create model, data and optimizer on `device`; batch_size None takes the workload's default."""
 
+    def unavailable(self) -> str | None:
+        """Why this workload cannot run here (a package it needs is missing), with the fix; None: it can."""
+        return None
+
     def knob_specs(self) -> tuple[KnobSpec, ...]:
         """The knobs `build` takes (batch_size among them), for a CLI to expose; none by default."""
         return ()

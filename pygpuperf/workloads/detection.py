@@ -20,7 +20,7 @@ import torch
 
 from pygpuperf.workloads.knobs import KnobSpec
 from pygpuperf.workloads.recipe import LossScaling, ModelWorkload, Settings, StepRecipe, compile_module
-from pygpuperf.workloads.vision import image_params, image_size_knob, torchvision_models
+from pygpuperf.workloads.vision import image_params, image_size_knob, torchvision_error, torchvision_models
 
 _NUM_CLASSES = 91  # COCO's label space, torchvision's default
 _BOXES_PER_IMAGE = 4
@@ -76,6 +76,9 @@ class RetinaNetTraining(ModelWorkload):
             return ("the detection loss matches anchors to boxes with data-dependent shapes and host syncs; "
                     "objective=head-mean can be captured")
         return None
+
+    def unavailable(self) -> str | None:
+        return torchvision_error()
 
     def recipe(self, device: torch.device, batch: int, settings: Settings) -> StepRecipe:
         detection = torchvision_models().detection

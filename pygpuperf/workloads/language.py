@@ -177,3 +177,12 @@ GPT_100M_TRAIN = GPTTraining(
     default_batch={"cuda": 16, "cpu": 1, "other": 4},
     defaults={"amp": "bf16"},
 )
+
+GPT_TINY_TRAIN = GPTTraining(
+    name="gpt-tiny-train",
+    description="small GPT-style LM training step (4 layers, d_model 256, 4 heads, 256 tokens, vocabulary 8192), "
+    "AdamW, fp32: needs no torchvision, small enough for a CPU",
+    config=GPTConfig(layers=4, d_model=256, heads=4, seq_len=256, vocab=8192),
+    default_batch={"cpu": 4, "other": 32},
+    defaults={"amp": "none"},
+)

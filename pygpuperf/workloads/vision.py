@@ -15,15 +15,23 @@ _NUM_CLASSES = 1000
 _SYNTHETIC = "synthetic, created once on the device"
 
 
+def torchvision_error() -> str | None:
+    """Why torchvision cannot be used here (not installed, or built for another torch), or None."""
+    try:
+        import torchvision.models  # noqa: F401
+    except Exception as exc:  # a torchvision built for another torch fails with RuntimeError, not ImportError
+        return (f"vision workloads need torchvision, which failed to import ({' '.join(str(exc).split())[:200]}); "
+                "fix: pip install torchvision matching your torch (or pip install 'pygpuperf[vision]')")
+    return None
+
+
 def torchvision_models() -> ModuleType:
     """torchvision.models, imported only when a vision workload is built."""
-    try:
-        import torchvision.models as models
-    except ImportError as exc:
-        raise RuntimeError(
-            f"vision workloads need torchvision, which failed to import ({exc}); "
-            "fix: pip install torchvision (or pip install 'pygpuperf[vision]')"
-        ) from exc
+    error = torchvision_error()
+    if error is not None:
+        raise RuntimeError(error)
+    import torchvision.models as models
+
     return models
 
 
@@ -55,6 +63,9 @@ class ImageClassifier(ModelWorkload):
         self.architecture = architecture
         self.image_size = image_size
         self.training = training
+
+    def unavailable(self) -> str | None:
+        return torchvision_error()
 
     def recipe(self, device: torch.device, batch: int, settings: Settings) -> StepRecipe:
         models = torchvision_models()
