@@ -7,8 +7,9 @@ from collections import defaultdict
 from typing import Any
 
 from pygpuperf import diagnostics, hierarchy, peaks, transfers
-from pygpuperf.results import (Finding, MachineModel, Measurement, Results, WorkloadResult, best_per_backend,
-                               is_series_point, lower_is_better)
+from pygpuperf.units import format_bytes
+from pygpuperf.results import (NOISY_CV, Finding, MachineModel, Measurement, Results, WorkloadResult,
+                               best_per_backend, is_series_point, lower_is_better)
 
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
 BACKEND_AGREEMENT_FACTOR = 2.0
@@ -57,6 +58,18 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
             for reason in m.telemetry.throttle_reasons:
                 if reason not in _BENIGN_CLOCK_REASONS:
                     throttled[reason].setdefault(f"{m.name} ({m.backend})", m)  # once per probe, not per variant
+    noisy = {f"{m.name} ({m.backend})": round(m.stats.cv, 3) for m, _ in best_per_backend(measurements)
+             if m.noisy and not is_series_point(m.name)}
+    if noisy:
+        worst = max(noisy.values())
+        findings.append(Finding(
+            "warning", f"{len(noisy)} measurement(s) vary by more than {100 * NOISY_CV:.0f}% between samples (CV up to "
+            f"{100 * worst:.0f}%), too much to support a verdict on their own: {', '.join(list(noisy)[:8])}"
+            + (" ..." if len(noisy) > 8 else "") + ".",
+            {"cv": noisy, "threshold": NOISY_CV},
+            "Something else ran on the device or host, or its clocks moved: run again on an idle machine (more "
+            "--samples narrow the median, not the spread). A quieter measurement of the same roof sets the ceiling "
+            "wherever there is one."))
     for reason, hit in throttled.items():
         findings.append(Finding(
             "warning", f"Clocks were held back by {reason.replace('_', ' ')} while {len(hit)} probe(s) ran: "
@@ -77,7 +90,7 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                 findings.append(Finding("warning", f"torch beats the native {name} probe by "
                                         f"{100 * (hi.value / lo.value - 1):.1f}%, so that probe is not yet a ceiling.",
                                         {hi.backend: hi.value, lo.backend: lo.value, "unit": hi.unit},
-                                        "The machine model uses the higher figure; the native kernel needs tuning."))
+                                        "The machine model uses the higher figure; the native probe needs tuning."))
     return findings
 
 
@@ -104,7 +117,7 @@ def hierarchy_findings(measurements: list[Measurement], device_meta: dict[str, A
                 "warning",
                 f"The sweep puts the {check.level.upper()} cache at {hierarchy.describe_capacity(check)}"
                 f"{where}, {abs(diff):.0%} {'above' if diff > 0 else 'below'} the "
-                f"{hierarchy.format_bytes(check.expected_bytes or 0)} the device reports.",
+                f"{format_bytes(check.expected_bytes or 0)} the device reports.",
                 facts,
                 "Less usable cache than reported means part of it is reserved, shared with other work or lost "
                 "to conflicts; more means a neighbouring level (a victim cache, another core's cache) holds the "
@@ -221,8 +234,11 @@ def workload_findings(workload: WorkloadResult, model: MachineModel) -> list[Fin
     title = (f"{workload.name} reaches {pct:.0f}% of what the measured roofline allows at its intensity "
              f"({workload.intensity:.1f} FLOP/B, {bound}-bound by counted work).")
     severity = "info" if pct >= 30 else "warning"
-    suggestion = ("Most of the step is not matmul/conv arithmetic at full rate: look at elementwise and "
-                  "normalization kernels, launch gaps and data layout." if pct < 30 else "")
+    gaps = "framework time between ops" if workload.device.startswith("cpu") else "launch gaps"
+    units = "ops" if workload.device.startswith("cpu") else "kernels"
+    suggestion = (f"Most of the step is not matmul/conv arithmetic at full rate: look at elementwise and "
+                  f"normalization {units}, {gaps} and data layout (the explained step below says which)."
+                  if pct < 30 else "")
     return [Finding(severity, title, evidence, suggestion)]
 
 

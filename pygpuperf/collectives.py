@@ -40,7 +40,7 @@ import torch.distributed as dist
 from pygpuperf import cli, stopping
 from pygpuperf.backends.base import RunSettings
 from pygpuperf.device import UsageError
-from pygpuperf.hierarchy import format_bytes
+from pygpuperf.units import figure as _fmt, format_bytes
 from pygpuperf.results import Finding, MachineModel, Measurement, Results
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -721,12 +721,6 @@ def _check_launch(args: argparse.Namespace, device_type: str) -> None:
                              "launch at most that many processes per node")
     elif args.world_size is not None and args.world_size < 2:
         raise UsageError(f"--world-size {args.world_size}: a collective needs two or more ranks")
-
-
-def _fmt(value: float) -> str:
-    if not math.isfinite(value):
-        return "-"
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def collectives_table(measurements: Sequence[Measurement], title: str = "collectives"):

@@ -25,7 +25,8 @@ from rich.table import Table
 from pygpuperf import cli, datasheets, io, peaks, validation
 from pygpuperf.analysis import HALF_RATE_RATIO, SAME_RATE_RATIO
 from pygpuperf.device import UsageError
-from pygpuperf.results import MachineModel
+from pygpuperf.results import Ceiling, MachineModel
+from pygpuperf.units import figure as _num, times as _times
 from pygpuperf.validation import one_line as _one_line
 
 DATASHEET_PREFIX = "datasheet:"
@@ -88,6 +89,7 @@ class Verdict:
     basis: str = ""  # the ceiling it was judged on
     runner_up: str | None = None
     ratio: float | None = None  # winner / runner-up
+    within_noise: bool = False  # the two measured figures are closer than their combined spread
 
 
 @dataclass
@@ -175,18 +177,6 @@ def _rows(entries: list[Entry]) -> list[Row]:
     return rows
 
 
-def _num(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-
-
-def _times(ratio: float) -> str:
-    """2.2x, 0.19x, 13x, 1,200x; a third digit where two would round to 1."""
-    if ratio >= 99.5:
-        return f"{ratio:,.0f}x"
-    text = f"{ratio:.2g}"
-    return f"{ratio:.3g}x" if text == "1" else f"{text}x"
-
-
 def _accumulate_statement(e: Entry) -> str | None:
     acc16, acc32 = e.value("compute", "tensor.fp16.acc16"), e.value("compute", "tensor.fp16.acc32")
     if not (acc16 and acc32):
@@ -216,6 +206,10 @@ def _memory_statement(first: Entry, other: Entry) -> str | None:
     kind = "HBM" if all(t.startswith("HBM") for t in types) else "memory"
     ratio = b / a
     figures = f"({_num(b)} vs {_num(a)} GB/s)"
+    key_a, key_b = first.model.dram_key(), other.model.dram_key()
+    if within_noise(first.model.memory.get(key_a or ""), other.model.memory.get(key_b or "")):
+        return (f"{other.label} and {first.label} have the same {kind} bandwidth within their measured spread "
+                f"{figures}.")
     if ratio >= NOTABLE_RATIO:
         return (f"{other.label} has {_times(ratio)} the {kind} bandwidth of {first.label} {figures}: "
                 f"memory-bound steps run up to {_times(ratio)} faster.")
@@ -263,14 +257,37 @@ def _best(entries: list[Entry], keys: tuple[str, ...]) -> list[tuple[float, str,
     return sorted(found, key=lambda t: -t[0])
 
 
+# Two measured figures whose ratio lies within this many combined CVs (in log terms) are the same.
+NOISE_SIGMAS = 2.0
+
+
+def _ceiling(e: Entry, basis: str) -> Ceiling | None:
+    """The ceiling a verdict was judged on: "tensor.fp16.acc32" (compute) or "memory.hbm"."""
+    family, _, key = basis.partition(".")
+    if family == "memory":
+        return e.model.memory.get(key)
+    return e.model.compute.get(basis)
+
+
+def within_noise(a: Ceiling | None, b: Ceiling | None) -> bool:
+    """Whether two measured ceilings differ by less than their combined sample spread: a difference
+    that would come and go between two runs of the same card. Datasheet figures have no spread."""
+    if a is None or b is None or a.cv is None or b.cv is None or a.value <= 0 or b.value <= 0:
+        return False
+    band = max(math.log(LEVEL_RATIO), NOISE_SIGMAS * math.hypot(a.cv, b.cv))
+    return abs(math.log(a.value / b.value)) <= band
+
+
 def _verdict(use: str, ranked: list[tuple[float, str, Entry]], unit_of) -> Verdict:
     if not ranked:
         return Verdict(use, None)
     value, key, winner = ranked[0]
     verdict = Verdict(use, winner.label, value, unit_of(winner, key), key)
     if len(ranked) > 1:
-        verdict.runner_up = ranked[1][2].label
-        verdict.ratio = value / ranked[1][0]
+        second_value, second_key, second = ranked[1]
+        verdict.runner_up = second.label
+        verdict.ratio = value / second_value
+        verdict.within_noise = within_noise(_ceiling(winner, key), _ceiling(second, second_key))
     return verdict
 
 
@@ -280,6 +297,9 @@ def _verdict_statement(v: Verdict) -> str | None:
     use = _USES[v.use]
     if v.runner_up is None:
         return f"For {use} only {v.winner} has a figure: {_num(v.value)} {v.unit} ({v.basis})."
+    if v.within_noise:
+        return (f"For {use} {v.winner} and {v.runner_up} are the same within their measured spread "
+                f"({_times(v.ratio)} apart, {v.basis}): no winner.")
     if v.ratio < LEVEL_RATIO:
         return f"For {use} {v.winner} and {v.runner_up} are level ({_num(v.value)} {v.unit}, {v.basis})."
     return (f"For {use} {v.winner} wins: {_num(v.value)} {v.unit} ({v.basis}), "
@@ -345,7 +365,8 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         "families": families,
         "statements": c.statements,
         "verdicts": [{"use": v.use, "winner": v.winner, "value": clean(v.value), "unit": v.unit, "basis": v.basis,
-                      "runner_up": v.runner_up, "ratio": clean(v.ratio)} for v in c.verdicts],
+                      "runner_up": v.runner_up, "ratio": clean(v.ratio), "within_noise": v.within_noise}
+                     for v in c.verdicts],
     }
 
 
@@ -404,13 +425,8 @@ def _list_cards(console: Console) -> None:
                       f"{f['memory_type']} {f['memory_gb']:g} GB")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
-        raise UsageError(f"{message}; see --help")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m pygpuperf.compare", description=__doc__.splitlines()[0])
+    p = cli.Parser(prog="python -m pygpuperf.compare", description=__doc__.splitlines()[0])
     p.add_argument("entries", nargs="*", metavar="RESULTS_OR_CARD",
                    help="results.json (or its folder) from python -m pygpuperf.roofline, or datasheet:<card>")
     p.add_argument("--list", action="store_true", help="list the datasheet cards and exit")

@@ -53,6 +53,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from pygpuperf.units import format_bytes
 from pygpuperf.results import Measurement, Stats
 
 SWEEP = "memory.sweep"
@@ -706,13 +707,4 @@ def describe_capacity(check: CapacityCheck) -> str:
     if low.split()[1] == high.split()[1]:
         return f"{low.split()[0]} to {high}"
     return f"{low} to {high}"
-
-
-def format_bytes(n: float) -> str:
-    """'32 KiB', '1.5 MiB', '50 MiB', '1020 KiB': binary units, three significant digits (more above 100)."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            value = n / scale
-            return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
-    return f"{n:.0f} B"
 

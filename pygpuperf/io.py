@@ -65,10 +65,19 @@ def parse_json(text: str) -> Any:
     return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
 
 
+def _most_specific(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """Into a oneOf/anyOf failure, down to the deepest error of the branch that matched best: "'points'
+    is a required property at machine_model/link_fits/h2d.pinned" rather than the whole object."""
+    while error.context:
+        error = max(error.context, key=lambda e: (len(e.absolute_path), e.validator != "type"))
+    return error
+
+
 def _check(doc: Any, schema_name: str, origin: str, kind: str) -> None:
     validator = jsonschema.Draft202012Validator(schema(schema_name))
     error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
     if error is not None:
+        error = _most_specific(error)
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ResultsFileError(f"{origin}: not a valid {kind} at {where}: {error.message[:300]}")
 

@@ -59,13 +59,21 @@ PCIE_PATHS = {
     50: "across CPU sockets",  # SYSTEM
 }
 
-_P2P_STATUS = {0: "ok", 1: "chipset not supported", 2: "GPU not supported", 3: "I/O hub topology not supported",
-               4: "disabled by registry key", 5: "not supported", 6: "unknown"}
-# nvmlGpuP2PCapsIndex_t; nvidia-ml-py spells NVML_P2P_CAPS_INDEX_READ as the tuple (0,), so the
-# values are written out here.
-_P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
-_NVLINK_DEVICE_TYPE_SWITCH = 2
-_NVML_FEATURE_ENABLED = 1
+# The words for nvmlGpuP2PStatus_t and the capabilities asked of nvmlDeviceGetP2PStatus, by the
+# nvidia-ml-py constant of each.
+_P2P_STATUS = (("NVML_P2P_STATUS_OK", "ok"), ("NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED", "chipset not supported"),
+               ("NVML_P2P_STATUS_GPU_NOT_SUPPORTED", "GPU not supported"),
+               ("NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED", "I/O hub topology not supported"),
+               ("NVML_P2P_STATUS_DISABLED_BY_REGKEY", "disabled by registry key"),
+               ("NVML_P2P_STATUS_NOT_SUPPORTED", "not supported"), ("NVML_P2P_STATUS_UNKNOWN", "unknown"))
+_P2P_CAPS = (("read", "NVML_P2P_CAPS_INDEX_READ"), ("write", "NVML_P2P_CAPS_INDEX_WRITE"),
+             ("nvlink", "NVML_P2P_CAPS_INDEX_NVLINK"), ("atomics", "NVML_P2P_CAPS_INDEX_ATOMICS"))
+
+
+def _constant(nvml, name: str) -> Any:
+    """An NVML constant as nvidia-ml-py exports it; some releases spell one as a 1-tuple, e.g. (0,)."""
+    value = getattr(nvml, name)
+    return value[0] if isinstance(value, tuple) else value
 
 
 def pcie_gbps(generation: int | None, width: int | None) -> float | None:
@@ -204,7 +212,7 @@ def _peer_links(nvml, h, compute_capability: str | None) -> PeerLinks | None:
         if state is None:  # no such link (NVML answers "invalid argument" past the last one)
             continue
         links.total += 1
-        if state != _NVML_FEATURE_ENABLED:
+        if state != _constant(nvml, "NVML_FEATURE_ENABLED"):
             links.down += 1
             continue
         links.active += 1
@@ -212,7 +220,7 @@ def _peer_links(nvml, h, compute_capability: str | None) -> PeerLinks | None:
         if code in NVLINK_VERSIONS:
             versions[NVLINK_VERSIONS[code]] += 1
         # On switch fabrics (HGX boards) every link ends on a switch, whose PCI id NVML gives as FFFFFFFF:FF:FF.0.
-        if _query(remote_type, h, link) == _NVLINK_DEVICE_TYPE_SWITCH:
+        if _query(remote_type, h, link) == _constant(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH"):
             links.to_switch += 1
             continue
         remote = _query(nvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
@@ -247,8 +255,10 @@ def _pair(nvml, a: GpuLinks, ha, b: GpuLinks, hb) -> PairLink:
     # Two GPUs on one switch fabric reach each other over all their switch links, the fewer of the two.
     fabric = min(pa.to_switch, pb.to_switch) if pa and pb else 0
     links = direct + fabric
-    status = {cap: _P2P_STATUS.get(code, f"status {code}") for cap, index in _P2P_CAPS.items()
-              if (code := _query(getattr(nvml, "nvmlDeviceGetP2PStatus", None), ha, hb, index)) is not None}
+    words = {_constant(nvml, constant): text for constant, text in _P2P_STATUS}
+    status = {cap: words.get(code, f"status {code}") for cap, index in _P2P_CAPS
+              if (code := _query(getattr(nvml, "nvmlDeviceGetP2PStatus", None), ha, hb,
+                                 _constant(nvml, index))) is not None}
     ancestor = _query(getattr(nvml, "nvmlDeviceGetTopologyCommonAncestor", None), ha, hb)
     if links:
         via = "direct and switch" if direct and fabric else ("direct" if direct else "switch")

@@ -43,7 +43,7 @@ from pygpuperf.explain import attribution, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
 from pygpuperf.explain.compare import load_explanation
 from pygpuperf.explain.explainer import Explanation, fitting_batch
-from pygpuperf.explain.model import (CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM,
+from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM,
                                      KernelRecord)
 from pygpuperf.results import MachineModel
 
@@ -170,7 +170,7 @@ def _on_target(record: KernelRecord, target: MachineModel) -> tuple[KernelRecord
     # fp32 instead of a tensor-core dtype: on a card without fp32-input tensor cores the GEMM lands on the CUDA cores
     cls = record.kernel_class
     if cls == TENSOR_GEMM and attribution._dtype(new_precision) == "fp32" and "tensor.tf32.acc32" not in target.compute:
-        cls = CUDA_MATH
+        cls = VECTOR_MATH
     return dataclasses.replace(record, precision=new_precision, kernel_class=cls,
                                bytes=record.bytes * new_w / old_w), note
 
@@ -213,8 +213,8 @@ def _confidence(waterfall: Sequence[CategoryChange], source: MachineModel, targe
     by = {c.category: c.target_us for c in waterfall}
     total = sum(by.values()) or 1.0
     shares = {
-        "compute": by.get(TENSOR_GEMM, 0.0) + by.get(CUDA_MATH, 0.0),
-        "memory": sum(by.get(c, 0.0) for c in KERNEL_CLASSES if c not in (TENSOR_GEMM, CUDA_MATH, OTHER)),
+        "compute": by.get(TENSOR_GEMM, 0.0) + by.get(VECTOR_MATH, 0.0),
+        "memory": sum(by.get(c, 0.0) for c in KERNEL_CLASSES if c not in (TENSOR_GEMM, VECTOR_MATH, OTHER)),
         "fixed": sum(by.get(c, 0.0) for c in (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, OTHER)),
     }
     dominant = max(shares, key=shares.get)

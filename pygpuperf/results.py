@@ -185,6 +185,15 @@ class Measurement:
         """Counts toward ceilings: it ran and its output checked out."""
         return self.status == "ok" and self.verified and math.isfinite(self.value)
 
+    @property
+    def noisy(self) -> bool:
+        """Its samples spread more than NOISY_CV: the median is reported, but alone it supports no verdict."""
+        return self.status == "ok" and math.isfinite(self.stats.cv) and self.stats.cv > NOISY_CV
+
+
+# Samples spread more than this (standard deviation / mean) make a measurement noisy: flagged, and a
+# ceiling only where no quieter measurement of the same roof exists.
+NOISY_CV = 0.10
 
 # Stream operations whose best figure is a memory level's bandwidth ceiling.
 MEMORY_CEILING_OPS = ("read", "write", "copy", "scale", "triad")
@@ -198,6 +207,7 @@ class Ceiling:
     unit: str
     source: str  # measurement name
     backend: str
+    cv: float | None = None  # the measurement's sample spread (None: a datasheet figure or a derived size)
 
 
 @dataclass
@@ -250,10 +260,12 @@ class MachineModel:
     def from_measurements(device: str, measurements: Iterable[Measurement]) -> "MachineModel":
         """Best usable figure per ceiling: memory levels take the best of their streams
         (read/write/copy/...); sweep points and bank-conflict cases are evidence, not ceilings.
+        A noisy measurement (CV above NOISY_CV) sets a ceiling only where nothing quieter measured it.
         Transfers measured at several sizes also get a latency + bandwidth fit (link_fits)."""
         measurements = list(measurements)  # read twice: ceilings, then the transfer fits
         model = MachineModel(device=device)
-        for m in measurements:
+        quiet: set[tuple[str, str]] = set()  # (table, key) already set by a measurement that is not noisy
+        for m in sorted(measurements, key=lambda m: m.noisy):  # quiet ones first
             if not m.usable or is_series_point(m.name):
                 continue
             family, _, rest = m.name.partition(".")
@@ -271,9 +283,13 @@ class MachineModel:
             else:
                 continue
             best = table.get(key)
+            if m.noisy and (family, key) in quiet:
+                continue  # a noisy figure never displaces a quiet one, however high
             better = best is None or (m.value < best.value if lower else m.value > best.value)
             if better:
-                table[key] = Ceiling(m.value, m.unit, m.name, m.backend)
+                table[key] = Ceiling(m.value, m.unit, m.name, m.backend, m.stats.cv)
+                if not m.noisy:
+                    quiet.add((family, key))
         from pygpuperf.transfers import link_fits  # transfers builds on this module
 
         model.link_fits = link_fits(measurements)

@@ -18,18 +18,20 @@ try:
 except ImportError:  # optional at run time: no NVML, no telemetry
     pynvml = None
 
-# Clock-event (throttle) reason bits as NVML defines them, under vendor-neutral names.
-_THROTTLE_BITS = {
-    0x1: "idle",
-    0x2: "application_clock_setting",
-    0x4: "software_power_cap",
-    0x8: "hardware_slowdown",
-    0x10: "sync_boost",
-    0x20: "software_thermal_slowdown",
-    0x40: "hardware_thermal_slowdown",
-    0x80: "hardware_power_brake",
-    0x100: "display_clock_setting",
-}
+# Clock-event (throttle) reasons under vendor-neutral names, by the nvidia-ml-py constant of each bit.
+_THROTTLE_REASONS = (
+    ("nvmlClocksEventReasonGpuIdle", "idle"),
+    ("nvmlClocksEventReasonApplicationsClocksSetting", "application_clock_setting"),
+    ("nvmlClocksEventReasonSwPowerCap", "software_power_cap"),
+    ("nvmlClocksEventReasonHwSlowdown", "hardware_slowdown"),
+    ("nvmlClocksEventReasonSyncBoost", "sync_boost"),
+    ("nvmlClocksEventReasonSwThermalSlowdown", "software_thermal_slowdown"),
+    ("nvmlClocksEventReasonHwThermalSlowdown", "hardware_thermal_slowdown"),
+    ("nvmlClocksEventReasonHwPowerBrakeSlowdown", "hardware_power_brake"),
+    ("nvmlClocksEventReasonDisplayClockSetting", "display_clock_setting"),
+)
+_THROTTLE_BITS = {getattr(pynvml, constant): name for constant, name in _THROTTLE_REASONS
+                  if pynvml is not None and hasattr(pynvml, constant)}
 
 _init_lock = threading.Lock()
 _initialized = False

@@ -1,6 +1,7 @@
 """The main command, end to end on the CPU, and its answers to bad input."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -99,6 +100,15 @@ def test_default_cpu_run_is_complete_and_under_three_minutes(tmp_path):
     assert w.explanation["explain_json"] == "explain/explain.json"
     assert w.explanation["coverage"] == pytest.approx(explained["waterfall"]["coverage"])
     assert 'id="explain"' in (out / "report.html").read_text()
+    # The embedded default speaks of the CPU: no error the user cannot act on, no GPU word or GPU advice.
+    assert not [f.title for f in results.findings if f.severity == "error"]
+    said = (proc.stdout + proc.stderr).lower().split("wrote ")[0]  # not the file names it wrote
+    words = json.dumps({"findings": explained["findings"], "waterfall": explained["waterfall"],
+                        "classes": sorted({k["kernel_class"] for k in explained["kernels"]})}).lower()
+    for word in ("cuda", "cudnn", "gpu", "tensor core", "tensor-core", "launch", "hbm", "tf32", "kernel"):
+        pattern = re.compile(rf"\b{word}")  # "pygpuperf" is no GPU word
+        assert not pattern.search(said), f"{word!r} in the CPU run's output"
+        assert not pattern.search(words), f"{word!r} in the CPU explanation"
 
 
 def test_predict_needs_known_cards_and_a_model():

@@ -224,3 +224,35 @@ def test_comparison_dict_is_strict_json(h200):
     json.dumps(doc, allow_nan=False)
     assert doc["ratios_against"] == "NVIDIA H200 (measured)"
     assert set(doc["families"]) == {"compute", "memory", "links", "latency", "communication"}
+
+
+def _noisy_run(out: Path, value: float, spread: float) -> Path:
+    """A run whose samples spread by `spread` around `value`: the same card measured on a busy host."""
+    measurements = []
+    for name, figure in (("memory.hbm.write", value), ("compute.tensor.fp16.acc32", value / 5)):
+        seconds = [1e-3 * (1 + spread * k) for k in (-1.0, -0.5, 0.0, 0.5, 1.0)]
+        work = figure * (1e12 if name.startswith("compute.") else 1e9) * 1e-3
+        memory = name.startswith("memory.")
+        measurements.append(Measurement.from_samples(name, sample_seconds=seconds, bytes_read=work if memory else 0.0,
+                                                     bytes_written=0.0, flops=0.0 if memory else work,
+                                                     backend="native-cuda", device="cuda:0", verified=True))
+    meta = {"versions": {"pygpuperf": "test", "torch": "test", "python": "test"}, "host": {},
+            "device": {"type": "cuda", "name": "NVIDIA H200"}, "time_utc": "2026-11-30T00:00:00+00:00",
+            "counting": COUNTING_CONVENTION}
+    results = Results(meta=meta, measurements=measurements,
+                      machine_model=MachineModel.from_measurements("cuda:0", measurements))
+    out.mkdir(parents=True)
+    return io.write_results(results, out)["json"]
+
+
+def test_one_card_measured_twice_in_noise_is_the_same_not_a_winner(tmp_path):
+    # A quiet run and a run on a busy host, 0.8x apart with a 40 % spread: the difference is noise.
+    quiet, busy = _noisy_run(tmp_path / "a", 4700.0, 0.01), _noisy_run(tmp_path / "b", 3760.0, 0.6)
+    c = compare([load_entry(str(quiet)), load_entry(str(busy))])
+    assert all(v.within_noise for v in c.verdicts if v.runner_up)
+    text = " ".join(c.statements)
+    assert " wins:" not in text and "no winner" in text
+    assert "the same HBM bandwidth within their measured spread" in text
+    # Two quiet runs the same 0.8x apart: a real difference, and it is named.
+    steady = compare([load_entry(str(quiet)), load_entry(str(_noisy_run(tmp_path / "c", 3760.0, 0.01)))])
+    assert any(" wins:" in s for s in steady.statements)

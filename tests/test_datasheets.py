@@ -169,6 +169,41 @@ def test_datasheet_value_reads_memory_levels_and_misses_cleanly():
     assert peaks.datasheet_value(None, "memory.hbm.copy") is None
 
 
+def test_every_card_loads_as_a_machine_model_with_ceilings_and_an_l2():
+    # The kernel-time model needs compute and memory ceilings and the L2 size of every card the
+    # table lists, the cards added later included.
+    for key in datasheets.card_keys():
+        model = datasheets.machine_model(key)
+        assert model.compute and all(c.value > 0 for c in model.compute.values()), key
+        assert model.memory["hbm"].value > 0, key
+        assert model.capacity["l2"].value > 0 and model.capacity["l2"].unit == "B", key
+        assert all(datasheets.facts(key)[name] > 0 for name in ("multiprocessors", "boost_clock_mhz")), key
+
+
+def test_secondary_sources_only_stand_in_for_l2_sizes():
+    # deviceQuery postings stand in for an L2 size no vendor document gives; nothing else may cite them.
+    for card in _cards():
+        for table in ("facts", "values"):
+            for name, entry in card[table].items():
+                if entry["source"] == "device-query":
+                    assert (table, name) == ("facts", "l2_cache_mib"), (card["key"], name)
+    # and where a vendor document gives the L2, it is cited instead
+    assert datasheets.card("rtx4090")["facts"]["l2_cache_mib"]["source"] == "nv-ada-wp"
+    assert datasheets.card("rtx-a6000")["facts"]["l2_cache_mib"]["source"] == "nv-ga102-wp"
+
+
+def test_rechecked_figures():
+    a100_sxm, a100_pcie = datasheets.card("a100-sxm4-80gb"), datasheets.card("a100-pcie-80gb")
+    assert (_value(a100_sxm, "memory.hbm"), _value(a100_pcie, "memory.hbm")) == (2039, 1935)
+    assert (_fact(a100_sxm, "tdp_w"), _fact(a100_pcie, "tdp_w")) == (400, 300)
+    assert a100_pcie["facts"]["tdp_w"]["source"] == "nv-a100-80gb-ds"
+    # no TF32 figure for the RTX A6000 until one is re-read in a vendor document
+    assert _value(datasheets.card("rtx-a6000"), "compute.tensor.tf32.acc32") is None
+    mi300x = datasheets.card("mi300x")
+    assert _value(mi300x, "compute.tensor.fp16.acc32") == pytest.approx(2048 * 304 * 2.1e-3, rel=1e-3)
+    assert _value(mi300x, "compute.tensor.fp8.acc32") == pytest.approx(4096 * 304 * 2.1e-3, rel=1e-3)
+
+
 def test_machine_model_from_a_datasheet():
     model = datasheets.machine_model("h200-sxm")
     assert model.origin == "datasheet" and model.device == "H200 SXM"

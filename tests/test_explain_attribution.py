@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pygpuperf.explain import attribution as at
-from pygpuperf.explain.model import (COMMUNICATION, CUDA_MATH, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM, Idle,
+from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM, Idle,
                                      KernelRecord, Timeline)
 from pygpuperf.results import Ceiling, MachineModel
 
@@ -44,7 +44,7 @@ def test_bounds_pick_the_ceiling_of_class_and_precision():
     assert at.kernel_bound(bf16, m) == (pytest.approx(20.0), "compute:library.bf16")
     elementwise = k("vectorized_elementwise_kernel", 0, 10, MEMORY_BOUND, flops=1e6, nbytes=4e6)
     assert at.kernel_bound(elementwise, m) == (pytest.approx(4.0), "memory:hbm")
-    sgemm = k("sgemm_128x64", 0, 150, CUDA_MATH, flops=1e9, nbytes=1e6, precision="fp32")
+    sgemm = k("sgemm_128x64", 0, 150, VECTOR_MATH, flops=1e9, nbytes=1e6, precision="fp32")
     assert at.kernel_bound(sgemm, m) == (pytest.approx(100.0), "compute:cuda.fp32")
     assert at.tensor_bound(sgemm, m) == (pytest.approx(20.0), "compute:tensor.tf32.acc32")
     h2d = k("Memcpy HtoD (Pinned -> Device)", 0, 120, MEMCPY, nbytes=2e6)  # the copy counts 1 MB read and written
@@ -73,7 +73,7 @@ def _step() -> tuple[list[KernelRecord], Timeline]:
     records = [
         k("gemm", 0, 25, TENSOR_GEMM, flops=1e9, nbytes=1e6, precision="fp16.acc32"),  # bound 10
         k("elementwise", 30, 10, MEMORY_BOUND, flops=1e6, nbytes=4e6),  # bound 4
-        k("sgemm", 40, 150, CUDA_MATH, flops=1e9, nbytes=1e6, precision="fp32"),  # 100 on CUDA cores, 20 as tf32
+        k("sgemm", 40, 150, VECTOR_MATH, flops=1e9, nbytes=1e6, precision="fp32"),  # 100 on CUDA cores, 20 as tf32
         k("nchwToNhwcKernel", 190, 8, LAYOUT, nbytes=2e6),
         k("Memcpy DtoD (Device -> Device)", 198, 3, MEMCPY, nbytes=2e6),  # bound 2
         k("mystery", 201, 4, OTHER),
@@ -207,11 +207,11 @@ def test_compare_categories_puts_the_slowdown_on_layout_and_slower_convs():
 
 def test_a_kernel_that_moves_class_is_still_matched():
     shapes = [[256, 256], [256, 256]]
-    a = [k("sgemm", 0, 300, CUDA_MATH, op="aten::mm", shapes=shapes)]
+    a = [k("sgemm", 0, 300, VECTOR_MATH, op="aten::mm", shapes=shapes)]
     b = [k("hgemm", 0, 100, TENSOR_GEMM, op="aten::mm", shapes=shapes)]
     deltas = {d.category: d for d in at.compare_categories(
         (a, Timeline(300, 300, Idle())), (b, Timeline(100, 100, Idle())))}
-    assert deltas[CUDA_MATH].matched_us == -300
+    assert deltas[VECTOR_MATH].matched_us == -300
     assert deltas[TENSOR_GEMM].matched_us == 100
     assert at.match_kernels(a, b).pairs == [(a[0], b[0])]
 
@@ -219,7 +219,7 @@ def test_a_kernel_that_moves_class_is_still_matched():
 def test_category_times_add_up_to_the_wall_time():
     records, timeline = _step()
     times = at.category_times(records, timeline)
-    assert times[CUDA_MATH] == 150 and times[LAYOUT] == 8 and times[at.IDLE_SYNC] == 3
+    assert times[VECTOR_MATH] == 150 and times[LAYOUT] == 8 and times[at.IDLE_SYNC] == 3
     assert sum(times.values()) == pytest.approx(timeline.wall_us)
     assert times[at.UNEXPLAINED] == pytest.approx(0, abs=1e-9)
 

@@ -14,6 +14,7 @@ import pytest
 
 from pygpuperf.explain import attribution
 from pygpuperf.explain.explainer import ExplainedStep, Explanation
+from pygpuperf.explain.words import label
 from pygpuperf.explain.model import (LAYOUT, MEMCPY, MEMORY_BOUND, TENSOR_GEMM, Idle, KernelRecord, Timeline,
                                      Waterfall)
 from pygpuperf.report.chart import roofline_svg
@@ -168,7 +169,7 @@ def test_an_empty_step_still_charts_and_renders(tmp_path: Path):
     names = [p.name for p in write_explain_report(e, tmp_path, model())]
     assert names == ["waterfall.png", "waterfall.svg", "kernel_roofline.png", "kernel_roofline.svg", "explain.html"]
     text = "".join(_parse((tmp_path / "explain.html").read_text(encoding="utf-8")).text)
-    assert "No kernel ran in the step." in text and "No kernel ran faster than its roofline bound" in text
+    assert "No op ran in the step." in text and "No op ran faster than its roofline bound" in text  # a CPU step
 
 
 def test_kernel_points_are_one_per_group_and_overlay_the_plain_roofline():
@@ -206,7 +207,7 @@ def test_kernel_roofline_draws_one_bubble_per_group_and_names_the_largest(tmp_pa
     assert "Kernels on the measured roofline: Test GPU H1" in texts
     for g in drawn:  # six groups: all named
         assert f"{g.label} {100 * g.share:.0f}%" in texts
-    assert any(t.startswith("tensor_gemm: 2 groups") for t in texts)
+    assert any(t.startswith("tensor-core GEMM/conv: 2 groups") for t in texts)
     assert any(t.startswith("not drawn, no FLOPs or bytes counted: 2 groups") for t in texts)
     assert any(t.startswith("not drawn, under 0.5% each: 1 groups") for t in texts)
     assert not any("_kernel group" in t for t in texts)  # the stand-ins are gone
@@ -253,10 +254,11 @@ def test_waterfall_chart_writes_png_and_svg_with_parts_in_order(tmp_path: Path):
     path = waterfall_chart(e, tmp_path / "w.svg", device="Test GPU H1")
     root = _svg_root(path.read_text(encoding="utf-8"))
     texts = _texts(root)
-    rows = [IDEAL, *(name for name, us in w.parts.items() if us != 0), attribution.UNEXPLAINED, MEASURED]
+    rows = [IDEAL, *(label(name) for name, us in w.parts.items() if us != 0), label(attribution.UNEXPLAINED),
+            MEASURED]
     assert [t for t in texts if t in rows] == rows
-    assert attribution.IDLE_SYNC not in texts  # zero: no row, named in the note instead
-    assert any(t.startswith("no time in:") and attribution.IDLE_SYNC in t for t in texts)
+    assert label(attribution.IDLE_SYNC) not in texts  # zero: no row, named in the note instead
+    assert any(t.startswith("no time in:") and label(attribution.IDLE_SYNC) in t for t in texts)
     assert f"{w.ideal_us / 1e3:,.2f} ms ({100 * w.ideal_us / w.measured_us:.1f}%)" in texts
     host = w.parts[attribution.IDLE_HOST]
     assert f"+{host / 1e3:,.2f} ms ({100 * host / w.measured_us:.1f}%)" in texts
@@ -354,14 +356,14 @@ def test_page_numbers_add_up_to_the_explanation(page: str):
     rows = {r[0]: r[1:] for r in parsed.rows if r}
     assert rows[IDEAL][0] == f"{w.ideal_us / 1e3:,.2f}"
     assert rows[MEASURED] == [f"{w.measured_us / 1e3:,.2f}", "100.0%"]
-    listed = [IDEAL, *w.parts, attribution.UNEXPLAINED]
+    listed = [IDEAL, *map(label, w.parts), label(attribution.UNEXPLAINED)]
     assert sum(float(rows[name][0].replace(",", "")) for name in listed) == pytest.approx(w.measured_us / 1e3,
                                                                                       abs=0.01 * len(listed))
     # The group table: one row per group (fewer than 25), ranked by time, times summing to the kernel time.
     groups = kernel_groups(e)
     table = [r for r in parsed.rows if r and r[0].isdigit()]
     assert [int(r[0]) for r in table] == list(range(1, len(groups) + 1))
-    assert [r[2] for r in table] == [g.kernel_class for g in groups]
+    assert [r[2] for r in table] == [label(g.kernel_class) for g in groups]
     assert sum(float(r[5].replace(",", "")) for r in table) == pytest.approx(
         sum(k[4] for k in KERNELS) / 1e3, abs=0.005 * len(table))
     conv = next(r for r in table if r[1].startswith("cudnn_convolution fp16.acc32"))

@@ -7,7 +7,7 @@ import pytest
 
 from pygpuperf.explain.classify import RULES, KernelContext, MathSettings, classify, classify_all
 from pygpuperf.explain.model import (
-    CUDA_MATH,
+    VECTOR_MATH,
     KERNEL_CLASSES,
     LAYOUT,
     MEMORY_BOUND,
@@ -46,12 +46,12 @@ FP32_XMMA = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x16_stage4_war
 
 def test_fp32_gemm_follows_the_tf32_switches():
     mm = record(FP32_XMMA, "aten::mm", ["float32", "float32"])
-    assert classify(mm) == (CUDA_MATH, "fp32")  # torch's default: no TF32 for matmuls
+    assert classify(mm) == (VECTOR_MATH, "fp32")  # torch's default: no TF32 for matmuls
     assert classify(mm, KernelContext(settings=MathSettings(matmul_tf32=True))) == (TENSOR_GEMM, "tf32.acc32")
     # Convolutions follow cuDNN's switch, which torch leaves on.
     conv = record(FP32_XMMA.replace("gemm", "fprop_implicit_gemm"), "aten::cudnn_convolution", ["float32"])
     assert classify(conv) == (TENSOR_GEMM, "tf32.acc32")
-    assert classify(conv, KernelContext(settings=MathSettings(cudnn_tf32=False))) == (CUDA_MATH, "fp32")
+    assert classify(conv, KernelContext(settings=MathSettings(cudnn_tf32=False))) == (VECTOR_MATH, "fp32")
 
 
 def test_fp16_accumulation_switch_when_the_name_does_not_say():
@@ -96,7 +96,7 @@ def test_unknown_kernel_is_other():
 def test_classify_all_sets_the_fields():
     records = [record("ampere_sgemm_128x64_nn", "aten::mm", ["float32"]), record("Memset (Device)")]
     classify_all(records)
-    assert [(r.kernel_class, r.precision) for r in records] == [(CUDA_MATH, "fp32"), ("memcpy_memset", "")]
+    assert [(r.kernel_class, r.precision) for r in records] == [(VECTOR_MATH, "fp32"), ("memcpy_memset", "")]
 
 
 def test_every_rule_is_reached_by_the_fixture():
@@ -150,8 +150,8 @@ _ZOO_EXPECTATIONS = (
     (r"xmma\w*_f16f16_f16f32", "tensor_gemm", "fp16.acc32"),
     (r"xmma\w*_bf16bf16_bf16f32", "tensor_gemm", "bf16.acc32"),
     (r"xmma\w*_tf32f32", "tensor_gemm", "tf32.acc32"),
-    (r"_ffma_", "cuda_math", "fp32"),  # xmma SIMT GEMMs of fp32 without TF32
-    (r"wgrad_alg0_engine|dgrad_engine", "cuda_math", "fp32"),
+    (r"_ffma_", "vector_math", "fp32"),  # xmma SIMT GEMMs of fp32 without TF32
+    (r"wgrad_alg0_engine|dgrad_engine", "vector_math", "fp32"),
     (r"sdpa\w*_(?:fprop|bprop)_wgmma", "tensor_gemm", None),
     (r"nchwToNhwc|nhwcToNchw|nhwcAddPadding|FoldedNhwc", "layout", None),
     (r"scalePackedTensor|compute_dot_do_o|convert_dq_to|epilogue::impl", "memory_bound", None),

@@ -31,7 +31,7 @@ def kernel(cls: str, us: float, op: str = "aten::add", precision: str = "", boun
 
 
 def explained(records: list[KernelRecord], idle: Idle | None = None, unknown: dict | None = None,
-              coverage: float | None = None) -> Explanation:
+              coverage: float | None = None, device: str = "cuda:0") -> Explanation:
     """Kernels back to back from t=0, then the idle time: a step whose wall is their sum."""
     t = 0.0
     for r in records:
@@ -39,11 +39,11 @@ def explained(records: list[KernelRecord], idle: Idle | None = None, unknown: di
     idle = idle or Idle()
     line = Timeline(wall_us=t + idle.total_us, busy_us=t, idle=idle)
     bound = sum(min(r.bound_us, r.duration_us) for r in records if r.bound_us is not None)
-    parts = {"other kernels": sum(r.duration_us for r in records if r.bound_us is None)}
+    parts = {"no_bound": sum(r.duration_us for r in records if r.bound_us is None)}
     water = Waterfall(ideal_us=bound, parts=parts, measured_us=line.wall_us, unexplained_us=0.0,
                       coverage=1.0 if coverage is None else coverage)
     step = ExplainedStep(0, records, line, water, attribution.self_check(records))
-    return Explanation("cuda:0", [step], step, unknown or {})
+    return Explanation(device, [step], step, unknown or {})
 
 
 def titles(found) -> str:
@@ -115,7 +115,7 @@ def test_cudnn_benchmark_off_with_convolutions():
 
 
 def test_fp32_math_without_tf32():
-    e = explained([kernel("cuda_math", 100, "aten::mm", "fp32", 20), kernel("tensor_gemm", 900, "aten::mm",
+    e = explained([kernel("vector_math", 100, "aten::mm", "fp32", 20), kernel("tensor_gemm", 900, "aten::mm",
                                                                              "fp16.acc32", 850)])
     f = by_title(findings.explain_findings(e, {"tf32": "off"}, model()), "without TF32")
     assert f.severity == "warning" and "10.0% of the step" in f.title
@@ -126,7 +126,7 @@ def test_fp32_math_without_tf32():
     # Partly on (convolutions only) still suggests allowing it.
     f = by_title(findings.explain_findings(e, {"tf32": "matmul off, conv on (torch setting)"}), "without TF32")
     assert "tf32=on" in f.suggestion
-    small = explained([kernel("cuda_math", 40, "aten::mm", "fp32", 8), kernel("tensor_gemm", 960, "aten::mm")])
+    small = explained([kernel("vector_math", 40, "aten::mm", "fp32", 8), kernel("tensor_gemm", 960, "aten::mm")])
     assert not [g for g in findings.explain_findings(small) if "TF32" in g.title]
 
 
@@ -181,7 +181,37 @@ def test_low_coverage_names_unknown_ops():
 def test_finding_lines():
     e = explained([kernel("layout", 500, "aten::copy_"), kernel("tensor_gemm", 500, "aten::mm", "fp16.acc32", 400)])
     lines = findings.finding_lines(findings.explain_findings(e))
-    assert lines[0].startswith("[warning] Layout transforms") and lines[1].startswith("    -> ")
+    assert lines[0].startswith("[warning] Layout copies") and lines[1].startswith("    -> ")
+
+
+def test_copies_in_a_model_without_convolutions_get_no_channels_last_advice():
+    # A transformer's head split and merge: .contiguous() copies around matmuls and attention.
+    e = explained([kernel("tensor_gemm", 500, "aten::mm", "bf16.acc32", 400),
+                   kernel("layout", 200, "aten::contiguous"), kernel("tensor_gemm", 300, "aten::_flash_attention_forward",
+                                                                     "bf16.acc32", 250)])
+    f = by_title(findings.explain_findings(e, {"memory_format": "nchw"}), "Layout copies")
+    assert "channels_last does nothing" in f.suggestion and "aten::contiguous" in f.suggestion
+    assert "model.to(memory_format" not in f.suggestion and "cuDNN" not in f.suggestion
+
+
+GPU_WORDS = ("cuda", "cudnn", "gpu", "tensor core", "tensor-core", "graph", "launch", "hbm", "tf32")
+
+
+def test_a_cpu_step_gets_cpu_words_and_no_gpu_advice():
+    records = [kernel("vector_math", 600, "aten::mkldnn_convolution", "fp32", 300),
+               kernel("layout", 100, "aten::mkldnn_convolution"),
+               kernel("memory_bound", 800, "aten::add_", "fp32", 200)]
+    e = explained(records, Idle(host_bound_us=900.0), device="cpu")
+    settings = {"cudnn_benchmark": "off (torch setting)", "tf32": "matmul off, conv off (torch setting)",
+                "memory_format": "nchw", "batch_size": "16", "cuda_graphs": "off", "compile": "off"}
+    found = findings.explain_findings(e, settings, model())
+    assert found, "the layout and memory-bound findings apply on a CPU too"
+    text = " ".join(f"{f.title} {f.suggestion}" for f in found).lower()
+    assert not [w for w in GPU_WORDS if w in text], text
+    # The same step on a GPU does get the GPU advice: the words depend on the device, not on luck.
+    gpu = " ".join(f"{f.title} {f.suggestion}" for f in findings.explain_findings(
+        explained(records, Idle(host_bound_us=900.0)), settings, model())).lower()
+    assert "cudnn" in gpu and "cuda graph" in gpu
 
 
 # --------------------------------------------------------------------------- H200 ResNet-50 numbers

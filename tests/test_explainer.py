@@ -1,5 +1,6 @@
 """The whole explanation on a recorded-shape CUDA trace: every step's waterfall adds up."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -55,3 +56,10 @@ def test_outputs_and_summary(explanation, tmp_path):
     assert paths[1].read_text().splitlines()[0].startswith("name,start_us,duration_us")
     text = "\n".join(explainer.summary_lines(explanation))
     assert "roofline ideal" in text and "= measured" in text and UNEXPLAINED in text and "coverage" in text
+
+
+def test_the_returned_explanation_has_its_findings_before_anything_is_written(explanation, tmp_path):
+    found = [dataclasses.asdict(f) for f in explanation.findings]
+    assert found, "the recorded step has findings (idle, memory-bound kernels)"
+    explainer.write_explained(explanation, {}, h200_like_model(), tmp_path, echo=lambda text: None)
+    assert json.loads((tmp_path / "findings.json").read_text()) == found

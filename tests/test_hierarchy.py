@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pygpuperf import analysis, hierarchy, io
+from pygpuperf import analysis, hierarchy, io, units
 from pygpuperf.hierarchy import Level, detect_levels
 from pygpuperf.report.sweep_chart import sweep_chart
 from pygpuperf.results import MachineModel, Measurement, Results
@@ -433,11 +433,11 @@ def test_cpu_cache_facts_from_sysfs(tmp_path: Path):
 
 
 def test_format_bytes():
-    assert hierarchy.format_bytes(32 * KiB) == "32 KiB"
-    assert hierarchy.format_bytes(1.5 * MiB) == "1.5 MiB"
-    assert hierarchy.format_bytes(50 * MiB) == "50 MiB"
-    assert hierarchy.format_bytes(512) == "512 B"
-    assert hierarchy.format_bytes(1020 * KiB) == "1020 KiB"
+    assert units.format_bytes(32 * KiB) == "32 KiB"
+    assert units.format_bytes(1.5 * MiB) == "1.5 MiB"
+    assert units.format_bytes(50 * MiB) == "50 MiB"
+    assert units.format_bytes(512) == "512 B"
+    assert units.format_bytes(1020 * KiB) == "1020 KiB"
 
 
 def test_level_is_plain_data():

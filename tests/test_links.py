@@ -4,6 +4,7 @@ the PCIe link sampled during transfers."""
 import json
 import types
 
+import pynvml
 import pytest
 import torch
 
@@ -101,6 +102,13 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
         return 0
 
+
+
+# The constants (feature states, P2P capability indices and statuses, link device types) as
+# nvidia-ml-py exports them: the fake answers in the library's own numbers.
+for _name in dir(pynvml):
+    if _name.startswith("NVML_") and not hasattr(FakeNvml, _name):
+        setattr(FakeNvml, _name, getattr(pynvml, _name))
 
 def switch_links(count=18, down=0, code=6):
     """Links of an HGX board: all to NVSwitches, `down` of them inactive."""

@@ -219,12 +219,12 @@ def test_cli_out_writes_json_chart_and_page(tmp_path):
 def test_a_cpu_profile_priced_on_a_gpu_says_its_math_stays_off_the_tensor_cores():
     cpu = MachineModel(device="cpu", compute={"simd.fp32": Ceiling(1.0, "TFLOP/s", "t", "t")},
                        memory={"dram": Ceiling(100.0, "GB/s", "t", "t")})
-    record = KernelRecord("aten::mm", start_us=0.0, duration_us=2000.0, kernel_class="cuda_math", precision="fp32",
+    record = KernelRecord("aten::mm", start_us=0.0, duration_us=2000.0, kernel_class="vector_math", precision="fp32",
                           flops=1e9, bytes=1e6)
     line = Timeline(wall_us=2000.0, busy_us=2000.0, idle=Idle())
     step = ExplainedStep(0, [record], line, Waterfall(0, {}, 2000.0, 0, 1), [])
     p = predict(Explanation("cpu", [step], step), cpu, _model())
-    assert _by(p, "cuda_math") == pytest.approx((2000.0, 2000.0 * 50.0 / 1000.0))  # 1 -> 20 TFLOP/s CUDA cores
+    assert _by(p, "vector_math") == pytest.approx((2000.0, 2000.0 * 50.0 / 1000.0))  # 1 -> 20 TFLOP/s CUDA cores
     assert any("comes from a CPU" in n for n in p.notes)
     assert not any("comes from a CPU" in n for n in predict(_profile(), _model(), _model()).notes)
 

@@ -103,3 +103,20 @@ def test_ridge_points_are_part_of_the_model_and_survive_json(tmp_path):
     assert r.machine_model.ridge_points == {"library.fp32/dram": pytest.approx(2e12 / (dram * 1e9))}
     path = io.write_results(r, tmp_path)["json"]
     assert io.load_results(path).machine_model.ridge_points == pytest.approx(r.machine_model.ridge_points)
+
+
+def test_a_noisy_measurement_sets_a_ceiling_only_where_nothing_quieter_did():
+    from pygpuperf.results import NOISY_CV, MachineModel, Measurement
+
+    def m(name, seconds, verified=True):
+        return Measurement.from_samples(name, sample_seconds=seconds, bytes_read=1e9, bytes_written=0.0, flops=0.0,
+                                        backend="native-cpu", device="cpu", verified=verified)
+
+    quiet = m("memory.dram.read", [0.020, 0.0201, 0.0199])  # 50 GB/s, CV well under 1 %
+    noisy = m("memory.dram.copy", [0.004, 0.020, 0.012])  # 83 GB/s median, CV over 30 %
+    assert noisy.noisy and not quiet.noisy and noisy.stats.cv > NOISY_CV
+    model = MachineModel.from_measurements("cpu", [noisy, quiet])
+    assert model.memory["dram"].source == "memory.dram.read"  # the higher figure is noise, not a roof
+    assert model.memory["dram"].cv == pytest.approx(quiet.stats.cv)
+    alone = MachineModel.from_measurements("cpu", [noisy])
+    assert alone.memory["dram"].source == "memory.dram.copy"  # nothing better was measured

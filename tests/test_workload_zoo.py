@@ -25,7 +25,7 @@ from pygpuperf.workloads import (
     load_user_step,
     run_workload,
 )
-from pygpuperf.workloads.knobs import tf32_state
+from pygpuperf.workloads.knobs import flag_params, tf32_state
 from pygpuperf.workloads.language import GPT
 
 pytest.importorskip("torchvision")
@@ -117,7 +117,8 @@ def test_every_workload_steps_on_cpu(name: str) -> None:
         assert "memory_format" not in params
     else:
         assert params["memory_format"] == "nchw"  # the CPU default
-    assert "tf32" in params and "cudnn_benchmark" in params
+    # TF32, cuDNN and cuBLAS flags do nothing on a CPU, so a CPU step records none of them.
+    assert not {"tf32", "cudnn_benchmark", "fp16_accumulation"} & set(params)
 
 
 def test_inference_workloads_take_no_optimizer_step() -> None:
@@ -280,8 +281,9 @@ def test_global_flags_are_restored_after_close(start: bool) -> None:
             CPU, 2, tf32=not start, cudnn_benchmark=not start, fp16_accumulation=not start, **TINY_GPT)
         assert flags_now() == (not start,) * 4  # in effect while the workload is open
         state = "on" if not start else "off"
-        assert built.params["tf32"] == state and built.params["cudnn_benchmark"] == state
-        assert built.params["fp16_accumulation"] == state
+        recorded = flag_params({"tf32": not start, "cudnn_benchmark": not start, "fp16_accumulation": not start},
+                               torch.device("cuda"))  # what a GPU step would record: the flags read back
+        assert recorded == {"tf32": state, "cudnn_benchmark": state, "fp16_accumulation": state}
         built.step()
         built.close()
         assert flags_now() == (start,) * 4
@@ -301,9 +303,10 @@ def test_global_flags_are_restored_after_close(start: bool) -> None:
 
 
 def test_unset_flags_are_recorded_as_torch_settings() -> None:
-    with get_workload("resnet18-train-small").build(CPU, 2, image_size=32) as built:
-        assert built.params["cudnn_benchmark"].endswith("(torch setting)")
-        assert built.params["tf32"].endswith("(torch setting)")
+    recorded = flag_params({}, torch.device("cuda"))
+    assert recorded["cudnn_benchmark"].endswith("(torch setting)")
+    assert recorded["tf32"].endswith("(torch setting)")
+    assert flag_params({}, CPU) == {}
 
 
 # --------------------------------------------------------------------------- user code
@@ -385,7 +388,7 @@ def test_user_step_as_dict_with_close_and_sibling_import(tmp_path: Path) -> None
     built = workload.build(CPU, batch_size=2)
     assert built.samples_per_step == 7 and built.step() == 5
     assert built.params["width"] == "5" and built.params["extra"] == "['batch_size']"
-    assert built.params["tf32"] == "on" and tf32_state() == {"matmul": True, "conv": True}
+    assert tf32_state() == {"matmul": True, "conv": True}
     assert "mine" in built.notes
     built.close()
     assert tf32_state() == before

@@ -951,11 +951,18 @@ def pair_probe_names(device: torch.device) -> list[str]:
 # --------------------------------------------------------------------------- backend
 
 
+# Matmul modes that exist on GPUs only (TF32, fp16 accumulation; fp8 and int8 through CUDA-only ops):
+# a CPU run does not list them, as it lists no host<->device transfers.
+_GPU_ONLY_MATMULS = ("tf32", "fp16acc16", "fp8", "int8")
+
+
 def _make_probes(device: torch.device) -> dict[str, Probe]:
     level = memory_level(device)
+    cpu = device.type == "cpu"
     probes: list[Probe] = [MemoryProbe(level, kind) for kind in ("copy", "read", "write", "scale", "triad")]
-    probes += [LibraryMatmulProbe(variant) for variant in _MATMUL_DTYPES]
-    probes += [TransferProbe(d, h) for d in ("h2d", "d2h") for h in ("pinned", "pageable")]
+    probes += [LibraryMatmulProbe(variant) for variant in _MATMUL_DTYPES if not (cpu and variant in _GPU_ONLY_MATMULS)]
+    if not cpu:
+        probes += [TransferProbe(d, h) for d in ("h2d", "d2h") for h in ("pinned", "pageable")]
     if device.type == "cuda":
         probes.append(BidirTransferProbe())  # two concurrent copies need torch.cuda streams
     return {p.name: p for p in probes}

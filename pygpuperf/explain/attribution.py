@@ -19,32 +19,24 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
-from pygpuperf.explain.model import (COMMUNICATION, CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
+from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
                                      TENSOR_GEMM, KernelRecord, Timeline, Waterfall)
 from pygpuperf.results import Ceiling, MachineModel
 
-# Waterfall parts, in the order they stack on top of the ideal.
-PART_TENSOR = "tensor-core under-use"  # tensor_gemm kernels: time above their bound
-PART_MEMORY = "memory-bound under-use"  # memory_bound kernels: time above their bound
-PART_FALLBACK = "non-tensor fallback"  # cuda_math kernels: time above their bound at the tensor-core ceiling
-PART_LAYOUT = "layout transforms"  # layout kernels: all their time (avoidable work)
-PART_MEMCPY = "memcpy/memset"  # copies and fills: time above their bound
-PART_COMMUNICATION = "communication"  # collectives: time above their bound
-PART_OTHER = "other kernels"  # kernels with no bound: all their time
-IDLE_HOST = "idle: host-bound"
-IDLE_LAUNCH = "idle: launch gaps"
-IDLE_SYNC = "idle: synchronization"
+from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_COMMUNICATION, PART_FALLBACK,
+                                     PART_LAYOUT, PART_MEMCPY, PART_MEMORY, PART_OTHER, PART_TENSOR, UNEXPLAINED)
+
+# Waterfall parts (ids; pygpuperf.explain.words has their words), in the order they stack on the ideal.
 WATERFALL_PARTS = (PART_TENSOR, PART_MEMORY, PART_FALLBACK, PART_LAYOUT, PART_MEMCPY, PART_COMMUNICATION, PART_OTHER,
                    IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC)
-UNEXPLAINED = "unexplained"
 
 _CACHE_LEVELS = ("l2", "l3")
 # A kernel faster than its bound by more than this factor has a wrong FLOP or byte count.
 SELF_CHECK_MARGIN = 1.05
 
-_PART_OF_CLASS = {TENSOR_GEMM: PART_TENSOR, MEMORY_BOUND: PART_MEMORY, CUDA_MATH: PART_FALLBACK,
+_PART_OF_CLASS = {TENSOR_GEMM: PART_TENSOR, MEMORY_BOUND: PART_MEMORY, VECTOR_MATH: PART_FALLBACK,
                   MEMCPY: PART_MEMCPY, COMMUNICATION: PART_COMMUNICATION}
-_MATH = (TENSOR_GEMM, CUDA_MATH)
+_MATH = (TENSOR_GEMM, VECTOR_MATH)
 _PER_SECOND = {"TFLOP/s": 1e12, "TOP/s": 1e12, "GB/s": 1e9}
 # Dtype names as the profiler records them -> the precision names of ceiling keys.
 _PRECISION_OF_DTYPE = {"c10::half": "fp16", "half": "fp16", "float16": "fp16", "c10::bfloat16": "bf16",
@@ -191,7 +183,7 @@ def kernel_bound(record: KernelRecord, model: MachineModel, cache_aware: bool = 
     """(roofline lower bound in µs, the ceiling that set it as "table:key") of one kernel.
 
     The ceilings by class: tensor_gemm ``tensor.<precision>`` (``library.<dtype>`` where no
-    instruction-level figure was measured); cuda_math ``cuda.<dtype>`` (fp16/bf16 as
+    instruction-level figure was measured); vector_math ``cuda.<dtype>`` (fp16/bf16 as
     ``cuda.<dtype>x2``), falling back to ``cuda.fp32`` and ``library.fp32``;
     memory_bound and layout the memory system for bytes (:func:`memory_term`: the last-level
     cache for what fits in it, main memory for the rest) and ``cuda.fp32`` for FLOPs; memcpy_memset the
@@ -208,9 +200,9 @@ def kernel_bound(record: KernelRecord, model: MachineModel, cache_aware: bool = 
 
 
 def tensor_bound(record: KernelRecord, model: MachineModel) -> tuple[float | None, str]:
-    """The bound a cuda_math kernel would have on the tensor cores of its dtype (fp32 as tf32):
+    """The bound a vector_math kernel would have on the tensor cores of its dtype (fp32 as tf32):
     what the waterfall's ideal holds it to. Its own bound where its dtype has no tensor-core ceiling."""
-    if record.kernel_class != CUDA_MATH or record.flops <= 0:
+    if record.kernel_class != VECTOR_MATH or record.flops <= 0:
         return kernel_bound(record, model)
     compute = _first(model.compute, _tensor_keys(_precision(record) or "fp32"))
     if compute is None:
@@ -258,7 +250,7 @@ def distribute_op_costs(records: Sequence[KernelRecord],
 
     Each record arrives carrying its op's whole cost (every kernel of one call has the op's
     flops and bytes); call this once. Without per-kernel counters the duration is the only
-    defensible weight. FLOPs go to the call's math kernels (tensor_gemm, cuda_math) when it
+    defensible weight. FLOPs go to the call's math kernels (tensor_gemm, vector_math) when it
     has any, so a conv's layout or reduction kernels get no GEMM FLOPs; bytes go to all of
     its kernels. `group_key` names a record's op call; by default the records' op_call_id
     when every kernel launched by an op has one, else calls are told apart as :func:`_op_calls` does.
@@ -311,14 +303,14 @@ def exclusive_times(records: Sequence[KernelRecord]) -> list[float]:
 
 def _kernel_part(record: KernelRecord, model: MachineModel) -> tuple[str, float]:
     """(waterfall part, µs of the kernel that count toward the ideal). The ideal share is the kernel's
-    bound (cuda_math: at the tensor-core ceiling), capped at its duration: a kernel faster than its
+    bound (vector_math: at the tensor-core ceiling), capped at its duration: a kernel faster than its
     bound (self_check) puts its whole time in the ideal and nothing in its part."""
     if record.kernel_class == LAYOUT:
         return PART_LAYOUT, 0.0
     bound, _ = kernel_bound(record, model)
     if bound is None:
         return PART_OTHER, 0.0
-    if record.kernel_class == CUDA_MATH:
+    if record.kernel_class == VECTOR_MATH:
         bound = tensor_bound(record, model)[0] or bound
     return _PART_OF_CLASS[record.kernel_class], min(bound, max(record.duration_us, 0.0))
 
@@ -327,8 +319,8 @@ def waterfall(records: Sequence[KernelRecord], timeline: Timeline, model: Machin
     """From the sum of roofline bounds to the measured step.
 
     Each kernel's exclusive time is split into its bound (the ideal) and the rest (its
-    class's part); layout kernels put all their time in "layout transforms" (avoidable
-    work has no ideal) and kernels without a bound all of theirs in "other kernels". The
+    class's part); layout kernels put all their time in the layout part (avoidable
+    work has no ideal) and kernels without a bound all of theirs in the no-bound part. The
     timeline's idle time follows by cause. ``unexplained = measured - ideal - sum(parts)``
     is what neither names: zero when the kernels and the idle split fill the wall time.
     ``coverage = (measured - |unexplained| - other kernels) / measured``: the share of the

@@ -23,6 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 from pygpuperf.backends.portable import synchronize
@@ -106,10 +107,7 @@ def fit_batch_times(points: Sequence[tuple[float, float]]) -> BatchFit:
         raise ValueError("the fit needs step times at two or more different batch sizes")
     xs = [float(b) for b, _ in points]
     ys = [float(t) for _, t in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    intercept = my - slope * mx
+    slope, intercept = (float(c) for c in np.polyfit(xs, ys, 1))
     errors = [(intercept + slope * x - y) / y for x, y in zip(xs, ys) if y > 0]
     rms = math.sqrt(statistics.fmean(e * e for e in errors)) if errors else 0.0
     return BatchFit(t_fixed_s=intercept, t_sample_s=slope, points=len(points), rms_relative_error=rms)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from pygpuperf.explain.model import (
     COMMUNICATION,
-    CUDA_MATH,
+    VECTOR_MATH,
     LAYOUT,
     MEMCPY,
     MEMORY_BOUND,
@@ -192,7 +192,7 @@ def _math_from_dtype(record: KernelRecord, ctx: KernelContext) -> tuple[str, str
         return TENSOR_GEMM, "tf32.acc32"
     if data == "":
         return TENSOR_GEMM, ""  # a GEMM of unknown dtype: tensor cores are the likelier home
-    return CUDA_MATH, data
+    return VECTOR_MATH, data
 
 
 # --- precision resolvers: (record, context, name match) -> (class, precision) ------------------
@@ -205,7 +205,7 @@ def _tensor(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple
     precision, acc = _tensor_types(record.name)
     if precision is None:
         kernel_class, from_dtype = _math_from_dtype(record, ctx)
-        if kernel_class == CUDA_MATH and from_dtype == "fp32" and _TENSOR_INSTRUCTION.search(record.name):
+        if kernel_class == VECTOR_MATH and from_dtype == "fp32" and _TENSOR_INSTRUCTION.search(record.name):
             return TENSOR_GEMM, "tf32.acc32"  # fp32 data on a kernel named for a tensor-core instruction
         if acc is None or kernel_class != TENSOR_GEMM or not from_dtype:
             return kernel_class, from_dtype
@@ -216,7 +216,7 @@ def _tensor(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple
         # unless TF32 is allowed, so without it this runs on the CUDA cores. A name that spells a
         # tensor-core instruction (cutlass_80_tensorop_s1688gemm) ran on them whatever the switches.
         if not _TENSOR_INSTRUCTION.search(record.name) and not _fp32_on_tensor_cores(record, ctx):
-            return CUDA_MATH, "fp32"
+            return VECTOR_MATH, "fp32"
         precision = "tf32"
     if precision == "fp64":
         return TENSOR_GEMM, "fp64.acc64"
@@ -227,10 +227,10 @@ def _tensor_by_dtype(record: KernelRecord, ctx: KernelContext, m: re.Match[str])
     return _math_from_dtype(record, ctx)
 
 
-def _cuda_math(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple[str, str]:
+def _vector_math(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple[str, str]:
     # The first named group that matched holds the BLAS-style type letter (s, h, d).
     letter = next((v[0].lower() for v in m.groupdict().values() if v), "")
-    return CUDA_MATH, {"s": "fp32", "h": "fp16", "d": "fp64"}.get(letter, "") or _data_precision(record)
+    return VECTOR_MATH, {"s": "fp32", "h": "fp16", "d": "fp64"}.get(letter, "") or _data_precision(record)
 
 
 def _fixed(kernel_class: str) -> Callable[[KernelRecord, KernelContext, re.Match[str]], tuple[str, str]]:
@@ -263,7 +263,7 @@ RULES: tuple[Rule, ...] = (
     _rule(r"ReduceSplitK|reduction::kernel::Reduce", _with_data(MEMORY_BOUND)),
     # FFMA kernels of the GEMM libraries (CUTLASS SIMT, xmma ffma): CUDA cores, whatever
     # family name they carry, so this goes before the tensor-core families.
-    _rule(r"_simt_(?P<t>[shd])?|ffma|OpClassSimt", _cuda_math),
+    _rule(r"_simt_(?P<t>[shd])?|ffma|OpClassSimt", _vector_math),
     # cuBLASLt Hopper+ GEMMs; the letters after nvjet_ spell the types.
     _rule(r"nvjet_", _tensor),
     # cuBLAS/cuDNN xmma GEMMs and implicit-GEMM convolutions (fprop, dgrad, wgrad).
@@ -276,7 +276,7 @@ RULES: tuple[Rule, ...] = (
     # name tensor-op tile layouts or tf32 for tensor cores; otherwise they are SIMT. Checked before the
     # layout rules, as those arguments also spell "Permute" and "Transpose".
     _rule(r"ImplicitGemmConvolution|4gemm6kernel|4conv6kernel", lambda r, ctx, m: (
-        _tensor(r, ctx, m) if _TENSOR_INSTRUCTION.search(r.name) else _cuda_math(r, ctx, m))),
+        _tensor(r, ctx, m) if _TENSOR_INSTRUCTION.search(r.name) else _vector_math(r, ctx, m))),
     # cuBLAS/cuDNN kernels tagged with a tensor-core instruction: ampere_fp16_s16816gemm_...,
     # volta_fp16_s884cudnn_fp16_..., turing_fp16_s1688cudnn_fp16_... (acc letter + mma shape).
     _rule(r"(?:^|[_:<\s])[shi](?:884|8816|8832|1688|16816|16832|161616)(?:tf32)?(?:gemm|cudnn|fprop|dgrad|wgrad)",
@@ -287,14 +287,14 @@ RULES: tuple[Rule, ...] = (
     _rule(r"^triton_tem_", _tensor_by_dtype),
     # BLAS-style CUDA-core GEMMs and convolutions: ampere_sgemm_*, volta_scudnn_*,
     # maxwell_scudnn_winograd_*, cudnn's implicit_convolve_sgemm / implicit_convolve_hhgemm.
-    _rule(r"(?:implicit|precomputed|explicit)_convolve_(?P<t>[shd])", _cuda_math),
-    _rule(r"(?:^|[^a-z0-9])(?P<t>[shd])(?:gemm|cudnn)(?:_|<|\b)", _cuda_math),
+    _rule(r"(?:implicit|precomputed|explicit)_convolve_(?P<t>[shd])", _vector_math),
+    _rule(r"(?:^|[^a-z0-9])(?P<t>[shd])(?:gemm|cudnn)(?:_|<|\b)", _vector_math),
     # cuBLAS GEMV and skinny-GEMM kernels run on the CUDA cores.
-    _rule(r"gemv|gemmSN|gemmk1|dot_kernel", _cuda_math, flags=_I),
+    _rule(r"gemv|gemmSN|gemmk1|dot_kernel", _vector_math, flags=_I),
     # cuDNN non-GEMM convolution algorithms (direct, FFT, Winograd) and their transforms.
-    _rule(r"wgrad_alg\d|dgrad_engine|dgrad2d_alg|dgrad_alg|fft2d|fft1d|fft_|winograd|flip_filter", _cuda_math),
+    _rule(r"wgrad_alg\d|dgrad_engine|dgrad2d_alg|dgrad_alg|fft2d|fft1d|fft_|winograd|flip_filter", _vector_math),
     # ATen depthwise and direct convolutions (no library GEMM behind them).
-    _rule(r"conv_depthwise|depthwise_conv|DepthwiseConv|slow_conv|conv2d_grouped_direct", _cuda_math),
+    _rule(r"conv_depthwise|depthwise_conv|DepthwiseConv|slow_conv|conv2d_grouped_direct", _vector_math),
     # cuBLAS split-K and cuDNN weight-gradient partial-sum reductions after a GEMM: a streaming
     # pass over the output (cudnn::cnn::reduce_wgrad_nchw_helper seen in H200 traces).
     _rule(r"splitKreduce|split_k_reduce|splitk_reduce|reduce_wgrad", _with_data(MEMORY_BOUND), flags=_I),

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pygpuperf.explain import attribution
+from pygpuperf.explain import attribution, words
 from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, category_times,
                                            matched_deltas)
 from pygpuperf.explain.explainer import ExplainedStep, Explanation, Throughput
-from pygpuperf.explain.model import (COMMUNICATION, CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
-                                     TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall)
+from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, OTHER,
+                                     Idle, KernelRecord, Timeline, Waterfall)
 from pygpuperf.results import Finding
 
 # The comparison is trusted when named categories carry at least this share of the delta.
@@ -41,28 +41,20 @@ SAME_SPEED = 0.01
 # Categories that name no cause: kernels without a class and time nothing accounts for.
 UNNAMED = (OTHER, UNEXPLAINED)
 CATEGORIES = (*KERNEL_CLASSES, IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED)
-# How each category reads in a sentence.
-WORDS = {
-    TENSOR_GEMM: "tensor-core GEMMs and convolutions",
-    CUDA_MATH: "CUDA-core math",
-    MEMORY_BOUND: "memory-bound kernels",
-    LAYOUT: "layout transforms",
-    MEMCPY: "copies and fills",
-    COMMUNICATION: "communication",
-    OTHER: "unclassified kernels",
-    IDLE_HOST: "host-bound idle",
-    IDLE_LAUNCH: "launch gaps",
-    IDLE_SYNC: "synchronization",
-    UNEXPLAINED: "unexplained time",
-}
 
 
 # --------------------------------------------------------------------------- loading
 
 
+# Kernel classes of older explain.json files, by their current name.
+_LEGACY_CLASSES = {"cuda_math": VECTOR_MATH}
+
+
 def _record(d: Mapping[str, Any]) -> KernelRecord:
     names = {f.name for f in dataclasses.fields(KernelRecord)}
-    return KernelRecord(**{k: v for k, v in d.items() if k in names})
+    record = KernelRecord(**{k: v for k, v in d.items() if k in names})
+    record.kernel_class = _LEGACY_CLASSES.get(record.kernel_class, record.kernel_class)
+    return record
 
 
 def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
@@ -77,7 +69,8 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
     timeline = Timeline(wall_us=float(t["wall_us"]), busy_us=float(t["busy_us"]), idle=Idle(**t.get("idle", {})),
                         profiler_overhead_us=float(t.get("profiler_overhead_us", 0.0)))
     w = doc["waterfall"]
-    waterfall = Waterfall(ideal_us=float(w["ideal_us"]), parts=dict(w["parts"]), measured_us=float(w["measured_us"]),
+    parts = {words.LEGACY_PARTS.get(name, name): float(us) for name, us in w["parts"].items()}
+    waterfall = Waterfall(ideal_us=float(w["ideal_us"]), parts=parts, measured_us=float(w["measured_us"]),
                           unexplained_us=float(w["unexplained_us"]), coverage=float(w["coverage"]))
     step = ExplainedStep(int(doc.get("median_step", 0)), kernels, timeline, waterfall, attribution.self_check(kernels))
     throughput = Throughput.from_dict(doc["throughput"]) if doc.get("throughput") else None
@@ -132,6 +125,7 @@ class PairComparison:
     base_us: float
     other_us: float
     changes: list[CategoryChange]  # in CATEGORIES order; the deltas add up to delta_us
+    kind: str = words.GPU  # whose words the sentence uses (pygpuperf.explain.words)
 
     @property
     def delta_us(self) -> float:
@@ -168,10 +162,10 @@ class PairComparison:
         more, less = ("more", "less") if delta > 0 else ("less", "more")
         text = f"{self.other} is {num(abs(delta))} {unit} {direction} {per} than {self.base} {times}"
         if along:
-            text += ": " + ", ".join(f"{num(abs(c.delta_us))} {unit} {more} in {WORDS[c.category]}{self._origin(c)}"
+            text += ": " + ", ".join(f"{num(abs(c.delta_us))} {unit} {more} in {words.in_words(c.category, self.kind)}{self._origin(c)}"
                                      for c in along)
         if against:
-            text += "; offset by " + ", ".join(f"{num(abs(c.delta_us))} {unit} {less} in {WORDS[c.category]}"
+            text += "; offset by " + ", ".join(f"{num(abs(c.delta_us))} {unit} {less} in {words.in_words(c.category, self.kind)}"
                                                for c in against)
         text += f". Named categories carry {100 * self.named_share:.0f}% of the difference."
         return text
@@ -201,6 +195,7 @@ class Comparison:
     wall_us: dict[str, float]  # label -> time per unit
     baseline: str
     pairs: list[PairComparison]  # every other configuration against the baseline
+    kind: str = words.GPU
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -229,7 +224,7 @@ class Comparison:
             moved = [deltas[o].get(category, 0.0) for o in others]
             if all(abs(v) < 1e-3 for v in values + moved):
                 continue
-            lines.append(f"{WORDS[category]:36s}" + "".join(f"{v / scale:>{width + 2}.2f}" for v in values)
+            lines.append(f"{words.in_words(category, self.kind):36s}" + "".join(f"{v / scale:>{width + 2}.2f}" for v in values)
                          + "".join(f"{d / scale:>+{width + 4}.2f}" for d in moved))
         lines.append(f"{'= ' + self.unit:36s}" + "".join(f"{self.wall_us[label] / scale:>{width + 2}.2f}"
                                                          for label in self.labels)
@@ -258,7 +253,7 @@ def _scaled(times: Mapping[str, float], per: float) -> dict[str, float]:
 
 def compare_pair(base: tuple[Sequence[KernelRecord], Timeline], other: tuple[Sequence[KernelRecord], Timeline],
                  base_label: str = "A", other_label: str = "B", base_per: float = 1.0,
-                 other_per: float = 1.0, unit: str = "step") -> PairComparison:
+                 other_per: float = 1.0, unit: str = "step", kind: str = words.GPU) -> PairComparison:
     """One run against another, (records, timeline) each; times are divided by `base_per` and
     `other_per` (samples per step, for a per-sample comparison).
 
@@ -279,7 +274,7 @@ def compare_pair(base: tuple[Sequence[KernelRecord], Timeline], other: tuple[Seq
                               matched[c] if comparable and c in kernel_classes else None,
                               unmatched[c] if comparable and c in kernel_classes else None) for c in CATEGORIES]
     return PairComparison(base_label, other_label, unit, timeline_a.wall_us / base_per, timeline_b.wall_us / other_per,
-                          changes)
+                          changes, kind)
 
 
 def compare(configs: Sequence[Config], baseline: str | None = None) -> Comparison:
@@ -304,6 +299,7 @@ def compare(configs: Sequence[Config], baseline: str | None = None) -> Compariso
         baseline = min(labels, key=lambda label: wall[label])
     elif baseline not in labels:
         raise ValueError(f"baseline {baseline!r} is not one of {labels}")
-    pairs = [compare_pair(steps[baseline], steps[label], baseline, label, per[baseline], per[label], unit)
+    kind = words.kind_of(configs[0].explanation.device)
+    pairs = [compare_pair(steps[baseline], steps[label], baseline, label, per[baseline], per[label], unit, kind)
              for label in labels if label != baseline]
-    return Comparison(labels, unit, times, wall, baseline, pairs)
+    return Comparison(labels, unit, times, wall, baseline, pairs, kind)

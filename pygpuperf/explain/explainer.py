@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from pygpuperf.explain import attribution, costs, timeline, trace
+from pygpuperf.explain import attribution, costs, timeline, trace, words
 from pygpuperf.explain.model import KernelRecord, Timeline, Waterfall
 from pygpuperf.results import Finding, MachineModel, Stats
 
@@ -127,10 +127,11 @@ def _cost_records(step: trace.StepTrace) -> dict[str, float]:
 
 
 def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
-                     throughput: Throughput | None = None) -> Explanation:
-    """Attribute every captured step against `model` (the measured roofline of the same device).
-    With `throughput`, each step's profiler overhead comes off its idle time
-    (:func:`pygpuperf.explain.timeline.remove_profiler_overhead`)."""
+                     throughput: Throughput | None = None, settings: dict[str, str] | None = None) -> Explanation:
+    """Attribute every captured step against `model` (the measured roofline of the same device),
+    with its findings (pygpuperf.explain.findings; `settings`, the workload's params, enable those
+    that depend on a switch). With `throughput`, each step's profiler overhead comes off its idle
+    time (:func:`pygpuperf.explain.timeline.remove_profiler_overhead`)."""
     explained: list[ExplainedStep] = []
     unknown: dict[str, float] = {}
     for step in captured.steps:
@@ -147,8 +148,12 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
     walls = [s.timeline.wall_us for s in explained]
     median = explained[walls.index(statistics.median_low(walls))]
     count = len(explained)
-    return Explanation(str(captured.device), explained, median, {op: us / count for op, us in unknown.items()},
-                       throughput)
+    explanation = Explanation(str(captured.device), explained, median, {op: us / count for op, us in unknown.items()},
+                              throughput, dict(settings or {}))
+    from pygpuperf.explain import findings  # findings reads Explanation from here
+
+    explanation.findings = findings.explain_findings(explanation, explanation.settings, model)
+    return explanation
 
 
 def quick_machine_model(device: torch.device | str) -> MachineModel:
@@ -169,7 +174,7 @@ def quick_machine_model(device: torch.device | str) -> MachineModel:
 def explain(step_fn: Callable[[], Any], model: MachineModel | None = None, device: torch.device | str = "cuda",
             steps: int = 3, warmup: int = 2, module: torch.nn.Module | None = None,
             trace_path: str | None = None, *, samples_per_step: int = 1, timed_steps: int | None = None,
-            throughput: Throughput | None = None) -> Explanation:
+            throughput: Throughput | None = None, settings: dict[str, str] | None = None) -> Explanation:
     """Time `step_fn` (one training or inference step per call) without the profiler, then profile
     `steps` calls and explain them against `model` (None: a quick probe run on `device` now).
 
@@ -184,7 +189,7 @@ def explain(step_fn: Callable[[], Any], model: MachineModel | None = None, devic
         throughput = measure_throughput(step_fn, device, samples_per_step, steps=timed_steps)
         warmup = min(warmup, 1)  # already warm
     captured = trace.capture_step(step_fn, device, steps=steps, warmup=warmup, model=module, trace_path=trace_path)
-    return explain_captured(captured, model, throughput)
+    return explain_captured(captured, model, throughput, settings)
 
 
 def explain_built(built: Any, model: MachineModel | None, device: torch.device | str, steps: int = 3,
@@ -192,7 +197,8 @@ def explain_built(built: Any, model: MachineModel | None, device: torch.device |
     """:func:`explain` of a :class:`~pygpuperf.workloads.BuiltWorkload` (its step, batch and first module)."""
     modules = getattr(built, "modules", None) or ()
     return explain(built.step, model, device, steps=steps, module=modules[0] if modules else None,
-                   samples_per_step=int(getattr(built, "samples_per_step", 1) or 1), throughput=throughput)
+                   samples_per_step=int(getattr(built, "samples_per_step", 1) or 1), throughput=throughput,
+                   settings=dict(getattr(built, "params", {}) or {}))
 
 
 def explanation_summary(explanation: Explanation, path: str) -> dict[str, Any]:
@@ -247,6 +253,7 @@ def summary_lines(explanation: Explanation) -> list[str]:
     """The waterfall in words: ideal, each part, measured, coverage."""
     w = explanation.median.waterfall
     line = explanation.median.timeline
+    kind = words.kind_of(explanation.device)
     lines = []
     if explanation.throughput is not None:
         t = explanation.throughput
@@ -256,16 +263,23 @@ def summary_lines(explanation: Explanation) -> list[str]:
     if line.profiler_overhead_us > 0:
         lines.append(f"profiled step {(line.wall_us + line.profiler_overhead_us) / 1e3:.2f} ms: "
                      f"{line.profiler_overhead_us / 1e3:.2f} ms of profiler overhead taken off idle time")
-    lines += [f"step {line.wall_us / 1e3:.2f} ms: kernels busy {line.busy_us / 1e3:.2f} ms, idle "
-             f"{line.idle.total_us / 1e3:.2f} ms (host-bound {line.idle.host_bound_us / 1e3:.2f}, launch gaps "
-             f"{line.idle.launch_gap_us / 1e3:.2f}, sync {line.idle.sync_us / 1e3:.2f})",
-             f"  roofline ideal (sum of kernel bounds)  {w.ideal_us / 1e3:9.2f} ms"]
+    if kind == words.GPU:
+        lines.append(f"step {line.wall_us / 1e3:.2f} ms: kernels busy {line.busy_us / 1e3:.2f} ms, idle "
+                     f"{line.idle.total_us / 1e3:.2f} ms (host-bound {line.idle.host_bound_us / 1e3:.2f}, launch gaps "
+                     f"{line.idle.launch_gap_us / 1e3:.2f}, sync {line.idle.sync_us / 1e3:.2f})")
+    else:
+        lines.append(f"step {line.wall_us / 1e3:.2f} ms: ops busy {line.busy_us / 1e3:.2f} ms, framework time "
+                     f"between ops {line.idle.total_us / 1e3:.2f} ms")
+    ideal = f"roofline ideal (sum of {'kernel' if kind == words.GPU else 'op'} bounds)"
+    lines.append(f"  {ideal:38s}{w.ideal_us / 1e3:9.2f} ms")
     for part, us in w.parts.items():
-        lines.append(f"  + {part:36s} {us / 1e3:9.2f} ms  ({100 * us / w.measured_us:4.1f}%)")
-    lines.append(f"  + {attribution.UNEXPLAINED:36s} {w.unexplained_us / 1e3:9.2f} ms")
+        if words.shown(part, kind):
+            lines.append(f"  + {words.label(part, kind):36s} {us / 1e3:9.2f} ms  ({100 * us / w.measured_us:4.1f}%)")
+    lines.append(f"  + {words.label(attribution.UNEXPLAINED, kind):36s} {w.unexplained_us / 1e3:9.2f} ms")
     lines.append(f"  = measured                             {w.measured_us / 1e3:9.2f} ms   coverage {100 * w.coverage:.1f}%")
     if explanation.median.self_check:
         names = sorted({r.op or r.name for r in explanation.median.self_check})
-        lines.append(f"  self-check: {len(explanation.median.self_check)} kernel(s) beat their bound (miscounted work): "
+        lines.append(f"  self-check: {len(explanation.median.self_check)} {'kernel' if kind == words.GPU else 'op'}(s) "
+                     "beat their bound (miscounted work): "
                      + ", ".join(names[:6]))
     return lines

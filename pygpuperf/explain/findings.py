@@ -14,10 +14,13 @@ from collections import Counter, defaultdict
 from typing import Any, Callable, Mapping, Sequence
 
 from pygpuperf.analysis import HALF_RATE_RATIO
+from pygpuperf.explain import words
 from pygpuperf.explain.attribution import category_times, exclusive_times
 from pygpuperf.explain.explainer import ExplainedStep, Explanation, fitting_batch
-from pygpuperf.explain.model import CUDA_MATH, LAYOUT, MEMORY_BOUND, TENSOR_GEMM, KernelRecord, Timeline
+from pygpuperf.explain.model import VECTOR_MATH, LAYOUT, MEMORY_BOUND, TENSOR_GEMM, KernelRecord, Timeline
+from pygpuperf.explain.words import PART_OTHER
 from pygpuperf.results import Finding, MachineModel
+from pygpuperf.units import ms as _ms, percent as _pct
 
 # Layout transforms above this share of the step are worth removing.
 LAYOUT_SHARE = 0.03
@@ -63,14 +66,6 @@ def _tf32(settings: Mapping[str, Any] | None) -> bool | None:
     return _setting(settings, "tf32")
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1e3:.2f}" if us < 1e4 else f"{us / 1e3:.1f}"
-
-
-def _pct(share: float) -> str:
-    return f"{100 * share:.1f}%"
-
-
 def _top_ops(records: Sequence[KernelRecord], shares: Sequence[float],
              keep: Callable[[KernelRecord], bool]) -> dict[str, float]:
     """Exclusive time (us) by launching op of the records `keep` accepts, largest first."""
@@ -96,23 +91,36 @@ def _ceiling(model: MachineModel | None, table: str, key: str) -> float | None:
 # --------------------------------------------------------------------------- the findings
 
 
+def _has_convolutions(records: Sequence[KernelRecord]) -> bool:
+    return any("conv" in r.op.lower() for r in records if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH))
+
+
 def _layout(records: Sequence[KernelRecord], shares: Sequence[float], times: Mapping[str, float], wall: float,
-            settings: Mapping[str, Any] | None) -> Finding | None:
+            settings: Mapping[str, Any] | None, kind: str) -> Finding | None:
     layout_us = times[LAYOUT]
     if wall <= 0 or layout_us / wall <= LAYOUT_SHARE:
         return None
     ops = _top_ops(records, shares, lambda r: r.kernel_class == LAYOUT)
     fmt = str((settings or {}).get("memory_format", "")).lower()
-    if fmt == "channels_last":
+    library = "cuDNN's tensor-core" if kind == words.GPU else "oneDNN's"
+    if not _has_convolutions(records):
+        # No convolution, so no NCHW<->NHWC: the copies are of permuted or sliced views (attention heads, say).
+        what = "Layout copies (.contiguous() of permuted or sliced tensors)"
+        suggestion = (f"The step has no convolutions, so channels_last does nothing for these copies; they come from "
+                      f"{', '.join(ops)}. Keep tensors in the layout the next op reads (e.g. scaled_dot_product_attention "
+                      "on [batch, heads, tokens, dim] views), or torch.compile the model to fuse the copies away.")
+    elif fmt == "channels_last":
+        what = "Layout transforms (NCHW<->NHWC transposes and copies)"
         suggestion = ("The model already runs channels_last, so these transposes come from ops without an NHWC "
                       f"kernel ({', '.join(ops)}): replace those ops, or keep their inputs in the layout they need.")
     else:
+        what = "Layout transforms (NCHW<->NHWC transposes and copies)"
         suggestion = ("Put the model and its inputs in channels_last (model.to(memory_format=torch.channels_last), "
                       "images.contiguous(memory_format=torch.channels_last); knob memory_format=channels_last): "
-                      "cuDNN's tensor-core convolutions work in NHWC, so NCHW tensors are transposed before and "
+                      f"{library} convolutions work in NHWC, so NCHW tensors are transposed before and "
                       "after every convolution.")
     return Finding(
-        "warning", f"Layout transforms (NCHW<->NHWC transposes and copies) take {_pct(layout_us / wall)} of the step "
+        "warning", f"{what} take {_pct(layout_us / wall)} of the step "
         f"({_ms(layout_us)} of {_ms(wall)} ms), work that changes no value.",
         {"layout_us": layout_us, "step_us": wall, "share": round(layout_us / wall, 4), "by_op_us": ops,
          "memory_format": fmt or None},
@@ -180,7 +188,7 @@ def _sync(timeline: Timeline, wall: float) -> Finding | None:
 
 def _convolution_us(records: Sequence[KernelRecord], shares: Sequence[float]) -> float:
     return sum(s for r, s in zip(records, shares)
-               if r.kernel_class in (TENSOR_GEMM, CUDA_MATH) and "conv" in r.op.lower())
+               if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH) and "conv" in r.op.lower())
 
 
 def _cudnn_benchmark(records: Sequence[KernelRecord], shares: Sequence[float], wall: float,
@@ -201,7 +209,7 @@ def _cudnn_benchmark(records: Sequence[KernelRecord], shares: Sequence[float], w
 
 def _fp32_math(records: Sequence[KernelRecord], shares: Sequence[float], wall: float,
                settings: Mapping[str, Any] | None, model: MachineModel | None) -> Finding | None:
-    fp32 = lambda r: r.kernel_class == CUDA_MATH and r.precision.split(".", 1)[0] == "fp32"  # noqa: E731
+    fp32 = lambda r: r.kernel_class == VECTOR_MATH and r.precision.split(".", 1)[0] == "fp32"  # noqa: E731
     us = sum(s for r, s in zip(records, shares) if fp32(r))
     if wall <= 0 or us / wall <= FP32_MATH_SHARE:
         return None
@@ -218,7 +226,7 @@ def _fp32_math(records: Sequence[KernelRecord], shares: Sequence[float], wall: f
     return Finding(
         "warning", f"FP32 matrix math runs on the CUDA cores without TF32 for {_pct(us / wall)} of the step "
         f"({_ms(us)} of {_ms(wall)} ms).",
-        {"fp32_cuda_math_us": us, "step_us": wall, "share": round(us / wall, 4), "by_op_us": ops,
+        {"fp32_vector_math_us": us, "step_us": wall, "share": round(us / wall, 4), "by_op_us": ops,
          "tf32_tflops": tf32, "cuda_fp32_tflops": cuda, "tf32_setting": (settings or {}).get("tf32")},
         suggestion)
 
@@ -245,7 +253,7 @@ def _acc32_half_rate(records: Sequence[KernelRecord], shares: Sequence[float], w
 
 
 def _memory_bound(records: Sequence[KernelRecord], shares: Sequence[float],
-                  model: MachineModel | None) -> Finding | None:
+                  model: MachineModel | None, kind: str) -> Finding | None:
     kernel_us = sum(shares)
     mem_us = sum(s for r, s in zip(records, shares) if r.kernel_class == MEMORY_BOUND)
     if kernel_us <= 0 or mem_us / kernel_us <= MEMORY_BOUND_SHARE:
@@ -257,23 +265,25 @@ def _memory_bound(records: Sequence[KernelRecord], shares: Sequence[float],
     dram = model.dram_key() if model is not None else None
     bandwidth = _ceiling(model, "memory", dram) if dram else None
     at = f" of the measured {bandwidth:,.0f} GB/s" if bandwidth else " of main-memory bandwidth"
+    unit, memory, math = ("kernels", "HBM", "the tensor cores") if kind == words.GPU else ("ops", "memory", "the SIMD units")
     if efficiency >= 0.6:
         how = (f"They already move their bytes at {100 * efficiency:.0f}%{at} on average, so only moving fewer bytes "
                "helps: fuse elementwise and normalization ops (torch.compile fuses BatchNorm, activations and "
                "residual adds).")
     else:
-        how = (f"They reach {100 * efficiency:.0f}%{at} on average (small or poorly vectorized kernels): fusing "
-               "them (torch.compile) saves both launches and bytes.")
+        how = (f"They reach {100 * efficiency:.0f}%{at} on average (small or poorly vectorized {unit}): fusing "
+               f"them (torch.compile) saves both {'launches' if kind == words.GPU else 'dispatches'} and bytes.")
     return Finding(
-        "info", f"Memory-bound kernels take {_pct(mem_us / kernel_us)} of kernel time ({_ms(mem_us)} of "
-        f"{_ms(kernel_us)} ms), so HBM bandwidth rather than the tensor cores sets the speed of this step.",
+        "info", f"Memory-bound {unit} take {_pct(mem_us / kernel_us)} of {unit[:-1]} time ({_ms(mem_us)} of "
+        f"{_ms(kernel_us)} ms), so {memory} bandwidth rather than {math} sets the speed of this step.",
         {"memory_bound_us": mem_us, "kernel_us": kernel_us, "share": round(mem_us / kernel_us, 4),
          "bound_us": bound_us, "bandwidth_efficiency": round(efficiency, 3), "memory_gbps": bandwidth,
          "by_op_us": _top_ops(records, shares, lambda r: r.kernel_class == MEMORY_BOUND)},
-        how + " Faster tensor cores would not shorten this part; more memory bandwidth would.")
+        how + f" Faster {'tensor cores' if kind == words.GPU else 'SIMD units'} would not shorten this part; more "
+        "memory bandwidth would.")
 
 
-def _self_check(step: ExplainedStep) -> Finding | None:
+def _self_check(step: ExplainedStep, kind: str) -> Finding | None:
     beat = step.self_check
     if not beat:
         return None
@@ -283,27 +293,28 @@ def _self_check(step: ExplainedStep) -> Finding | None:
     listed = ", ".join(f"{op} ({n})" for op, n in ops.most_common(TOP_OPS))
     # A warning, not an error: the step is fine; pygpuperf's own accounting of these kernels is not.
     return Finding(
-        "warning", f"{len(beat)} kernel(s) ran faster than the roofline bound pygpuperf gives them (up to "
+        "warning", f"{len(beat)} {words.unit(kind)}(s) ran faster than the roofline bound pygpuperf gives them (up to "
         f"{ratio:.2f}x), so pygpuperf miscounts their work: {listed}.",
         {"kernels": len(beat), "by_op": dict(ops), "worst_ratio": round(ratio, 3), "worst_kernel": worst.name,
          "worst_ceiling": worst.ceiling},
         "Nothing to change in the model: this is a limit of pygpuperf's FLOP and byte formulas (or of the "
         "cache level it assumes the data came from). Until fixed, the roofline ideal is overstated by these "
-        "kernels; please report it with explain.json.")
+        f"{words.unit(kind, True)}; please report it with explain.json.")
 
 
-def _coverage(explanation: Explanation) -> Finding | None:
+def _coverage(explanation: Explanation, kind: str) -> Finding | None:
     w = explanation.median.waterfall
     if w.coverage >= COVERAGE_GOAL:
         return None
     unknown = dict(sorted(explanation.unknown_ops.items(), key=lambda kv: -kv[1])[:TOP_OPS])
-    other = w.parts.get("other kernels", 0.0)
-    fix = (f"Add cost formulas for {', '.join(unknown)} (pygpuperf/explain/costs.py) and name the kernels no "
+    other = w.parts.get(PART_OTHER, 0.0)
+    units = words.unit(kind, True)
+    fix = (f"Add cost formulas for {', '.join(unknown)} (pygpuperf/explain/costs.py) and name the {units} no "
            "rule classifies (pygpuperf/explain/classify.py)" if unknown else
-           "Name the kernels no rule classifies (pygpuperf/explain/classify.py)")
+           f"Name the {units} no rule classifies (pygpuperf/explain/classify.py)")
     return Finding(
         "warning", f"Only {_pct(w.coverage)} of the step is held against a ceiling or an idle cause "
-        f"(goal {100 * COVERAGE_GOAL:.0f}%): {_ms(other)} ms in kernels with no bound and {_ms(w.unexplained_us)} ms "
+        f"(goal {100 * COVERAGE_GOAL:.0f}%): {_ms(other)} ms in {units} with no bound and {_ms(w.unexplained_us)} ms "
         "unexplained.",
         {"coverage": round(w.coverage, 4), "other_kernels_us": other, "unexplained_us": w.unexplained_us,
          "unknown_ops_us": unknown},
@@ -323,18 +334,20 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
     shares = exclusive_times(records)
     times = category_times(records, timeline)
     wall = timeline.wall_us
-    # Without device kernels (a CPU run) the timeline's idle time is the host's own work, not waiting.
-    on_device = bool(records)
+    # On a CPU the records are ops and the "idle" time is the framework's own work between them: no
+    # launches, no device to wait on, no cuDNN, no TF32 or tensor cores to advise.
+    kind = words.kind_of(explanation.device)
+    gpu = kind == words.GPU and bool(records)
     found = [
-        _self_check(step),
-        _coverage(explanation),
-        _layout(records, shares, times, wall, settings),
-        _idle(timeline, wall, settings) if on_device else None,
-        _sync(timeline, wall) if on_device else None,
-        _fp32_math(records, shares, wall, settings, model),
-        _acc32_half_rate(records, shares, wall, model),
-        _memory_bound(records, shares, model),
-        _cudnn_benchmark(records, shares, wall, settings),
+        _self_check(step, kind),
+        _coverage(explanation, kind),
+        _layout(records, shares, times, wall, settings, kind),
+        _idle(timeline, wall, settings) if gpu else None,
+        _sync(timeline, wall) if gpu else None,
+        _fp32_math(records, shares, wall, settings, model) if gpu else None,
+        _acc32_half_rate(records, shares, wall, model) if gpu else None,
+        _memory_bound(records, shares, model, kind),
+        _cudnn_benchmark(records, shares, wall, settings) if gpu else None,
         _memory(explanation, settings, model),
     ]
     return sorted((f for f in found if f is not None), key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))

@@ -13,13 +13,13 @@ from typing import Any
 
 # Kernel classes, in the order reports list them.
 TENSOR_GEMM = "tensor_gemm"  # GEMM or convolution on the tensor cores
-CUDA_MATH = "cuda_math"  # GEMM/conv or other math on the CUDA cores (no tensor cores)
+VECTOR_MATH = "vector_math"  # GEMM/conv or other math on vector units: CUDA cores, CPU SIMD (no tensor cores)
 MEMORY_BOUND = "memory_bound"  # elementwise, normalization, pooling, softmax, reductions, optimizer
 LAYOUT = "layout"  # NCHW<->NHWC and other transposes, .contiguous()
 MEMCPY = "memcpy_memset"
 COMMUNICATION = "communication"
 OTHER = "other"
-KERNEL_CLASSES = (TENSOR_GEMM, CUDA_MATH, MEMORY_BOUND, LAYOUT, MEMCPY, COMMUNICATION, OTHER)
+KERNEL_CLASSES = (TENSOR_GEMM, VECTOR_MATH, MEMORY_BOUND, LAYOUT, MEMCPY, COMMUNICATION, OTHER)
 
 PHASES = ("forward", "backward", "optimizer", "other")
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pygpuperf.explain.classify import KernelContext, MathSettings, classify
-from pygpuperf.explain.model import CUDA_MATH, MEMORY_BOUND, KernelRecord
+from pygpuperf.explain.model import VECTOR_MATH, MEMORY_BOUND, KernelRecord
 
 STEP_RANGE = "pygpuperf::step"
 MODULE_PREFIX = "module::"
@@ -414,7 +414,7 @@ def _host_op_records(host: list[_Event], locate: _Locator, seq_module: dict[int,
             input_strides=list(args.get("Input Strides", []) or []),
             concrete_inputs=list(args.get("Concrete Inputs", []) or []), op_call_id=args.get("External id", id(ev)),
         )
-        record.kernel_class = CUDA_MATH if costs.is_math_op(ev.name) else MEMORY_BOUND
+        record.kernel_class = VECTOR_MATH if costs.is_math_op(ev.name) else MEMORY_BOUND
         out[step.index].kernels.append(record)
         out[step.index].kernel_ops.append(None)
 
@@ -500,6 +500,10 @@ def capture_step(
 
     device = torch.device(device)
     on_gpu = device.type == "cuda"
+    if not on_gpu:
+        # kineto prints tracer start/stop lines and, on a CUDA build of torch with no GPU, a device-count
+        # "ERROR" that says nothing about a CPU step; its GPU diagnostics stay on where a GPU is traced.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     for _ in range(warmup):
         step_fn()
     _synchronize(device)

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from pygpuperf.results import Ceiling, MachineModel, Results, is_series_point  # noqa: E402
+from pygpuperf.units import figure as _fmt  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,6 @@ def plain(text: str) -> str:
 
 def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
-
-
-def _fmt(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 # --------------------------------------------------------------------------- points

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from pygpuperf import peaks  # noqa: E402
 from pygpuperf.report.chart import chart_style, compute_color, plain, save_figure, svg_markup  # noqa: E402
 from pygpuperf.results import Results  # noqa: E402
+from pygpuperf.units import figure as _fmt  # noqa: E402
 
 # MachineModel table -> the measurement family it holds. Latency is left out: lower is better
 # there, and datasheets do not list it.
@@ -58,10 +59,6 @@ def datasheet_bars(results: Results) -> list[DatasheetBar]:
                 bars.append(DatasheetBar(family, key, ceiling.source, ceiling.backend, ceiling.value, sheet,
                                          ceiling.unit))
     return bars
-
-
-def _fmt(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def datasheet_figure(results: Results) -> Figure | None:

@@ -27,9 +27,9 @@ from matplotlib.legend import Legend  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
-from pygpuperf.explain import attribution  # noqa: E402
+from pygpuperf.explain import attribution, words  # noqa: E402
 from pygpuperf.explain.explainer import Explanation  # noqa: E402
-from pygpuperf.explain.model import (COMMUNICATION, CUDA_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY,  # noqa: E402
+from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY,  # noqa: E402
                                      MEMORY_BOUND, OTHER, TENSOR_GEMM, KernelRecord)
 from pygpuperf.report.chart import (ChartPoint, chart_style, inline_svg, plain, roofline_figure,  # noqa: E402
                                     save_figure)
@@ -37,14 +37,14 @@ from pygpuperf.results import MachineModel, Results  # noqa: E402
 
 # Kernel class -> colour: the tensor and CUDA-core classes take their roofs' colours, memory-bound
 # kernels the HBM slope's; the rest take colours no roof uses.
-CLASS_COLORS = {TENSOR_GEMM: "#1f4e9c", CUDA_MATH: "#a0522d", MEMORY_BOUND: "#d62728", LAYOUT: "#e7298a",
+CLASS_COLORS = {TENSOR_GEMM: "#1f4e9c", VECTOR_MATH: "#a0522d", MEMORY_BOUND: "#d62728", LAYOUT: "#e7298a",
                 MEMCPY: "#e6ab02", COMMUNICATION: "#1b9e77", OTHER: "#7f7f7f"}
 # Waterfall bars: the ideal, each part (kernel parts in their class's colour, idle in greys), the total.
 _IDEAL_COLOR = "#2ca02c"
 _MEASURED_COLOR = "#333333"
 _PART_COLORS = {attribution.PART_TENSOR: CLASS_COLORS[TENSOR_GEMM],
                 attribution.PART_MEMORY: CLASS_COLORS[MEMORY_BOUND],
-                attribution.PART_FALLBACK: CLASS_COLORS[CUDA_MATH], attribution.PART_LAYOUT: CLASS_COLORS[LAYOUT],
+                attribution.PART_FALLBACK: CLASS_COLORS[VECTOR_MATH], attribution.PART_LAYOUT: CLASS_COLORS[LAYOUT],
                 attribution.PART_MEMCPY: CLASS_COLORS[MEMCPY],
                 attribution.PART_COMMUNICATION: CLASS_COLORS[COMMUNICATION],
                 attribution.PART_OTHER: CLASS_COLORS[OTHER], attribution.IDLE_HOST: "#8c96a3",
@@ -236,7 +236,8 @@ def waterfall_figure(explanation: Explanation, device: str | None = None) -> Fig
             text = f"{'+' if bar.length_us >= 0 else '−'}{_ms(abs(bar.length_us))}{share}"
         ax.annotate(text, (max(bar.start_us, bar.end_us) / 1e3, row), xytext=(4, 0), textcoords="offset points",
                     va="center", ha="left", fontsize=8.5, gid=f"waterfall-label-{row}")
-    ax.set_yticks(list(rows), [plain(b.name) for b in bars], fontsize=9)
+    kind = words.kind_of(explanation.device)
+    ax.set_yticks(list(rows), [plain(words.label(b.name, kind)) for b in bars], fontsize=9)
     ax.set_ylim(len(bars) - 0.5, -0.5)  # the ideal on top, the measured step at the bottom
     right = max([b.end_us for b in bars] + [b.start_us for b in bars] + [0.0]) / 1e3
     left = min([b.end_us for b in bars] + [0.0]) / 1e3
@@ -247,7 +248,7 @@ def waterfall_figure(explanation: Explanation, device: str | None = None) -> Fig
     name = device or explanation.device
     ax.set_title(plain(f"From the roofline ideal to the measured step: {name} (coverage {100 * w.coverage:.1f}%)"),
                  fontsize=11, loc="left")
-    empty = [name for name, us in w.parts.items() if us == 0]
+    empty = [words.label(name, kind) for name, us in w.parts.items() if us == 0 and words.shown(name, kind)]
     if empty:
         fig.text(0.01, 0.01, plain("no time in: " + ", ".join(empty)), fontsize=7.5, color="0.35", va="bottom")
     return fig
@@ -296,10 +297,11 @@ def explain_roofline_figure(results: Results, explanation: Explanation, top: int
     for n, g in enumerate(shown):
         ax.scatter([g.intensity], [g.tflops], s=_bubble_area(g.share), color=CLASS_COLORS.get(g.kernel_class, "0.5"),
                    alpha=0.6, edgecolors="black", linewidths=0.6, zorder=6 + n / 1000, gid=f"kernel-bubble-{n}")
-    _class_legend(ax, groups, shown, min_share)
+    _class_legend(ax, groups, shown, min_share, words.kind_of(explanation.device))
     _label_bubbles(ax, shown, labelled)
     device = results.meta.get("device", {}).get("name") if isinstance(results.meta.get("device"), dict) else None
-    ax.set_title(plain(f"Kernels on the measured roofline: {device or explanation.device}"))
+    unit = words.unit(words.kind_of(explanation.device))
+    ax.set_title(plain(f"{unit.capitalize()}s on the measured roofline: {device or explanation.device}"))
     return fig
 
 
@@ -349,7 +351,8 @@ def _overlap(a: Bbox, b: Bbox) -> float:
     return max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0)) * max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
 
 
-def _class_legend(ax: Axes, groups: Sequence[KernelGroup], shown: Sequence[KernelGroup], min_share: float) -> None:
+def _class_legend(ax: Axes, groups: Sequence[KernelGroup], shown: Sequence[KernelGroup], min_share: float,
+                  kind: str) -> None:
     """Colour per class present, with how many groups and how much time it holds; then the groups not
     drawn. Upper left: above every memory slope, where no kernel can be. The roofline's own legend stays."""
     kept = ax.get_legend()
@@ -359,7 +362,8 @@ def _class_legend(ax: Axes, groups: Sequence[KernelGroup], shown: Sequence[Kerne
         members = [g for g in shown if g.kernel_class == kernel_class]
         handles.append(Line2D([], [], marker="o", ls="none", ms=8, mec="black", mew=0.6, alpha=0.6,
                               color=CLASS_COLORS.get(kernel_class, "0.5")))
-        labels.append(plain(f"{kernel_class}: {len(members)} groups, {100 * sum(g.share for g in members):.1f}%"))
+        labels.append(plain(f"{words.label(kernel_class, kind)}: {len(members)} groups, "
+                            f"{100 * sum(g.share for g in members):.1f}%"))
     small = [g for g in groups if g.drawable and g.share < min_share]
     for what, left_out in (("no FLOPs or bytes counted", [g for g in groups if not g.drawable]),
                            (f"under {100 * min_share:g}% each", small)):
@@ -370,7 +374,7 @@ def _class_legend(ax: Axes, groups: Sequence[KernelGroup], shown: Sequence[Kerne
     if not handles:
         return
     ax.legend(handles, labels, fontsize=_LABEL_PT, loc="upper left", framealpha=0.9,
-              title="kernel groups (area: share of kernel time)", title_fontsize=_LABEL_PT)
+              title=f"{words.unit(kind)} groups (area: share of {words.unit(kind)} time)", title_fontsize=_LABEL_PT)
     if kept is not None:
         ax.add_artist(kept)
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from pygpuperf import peaks
-from pygpuperf.hierarchy import format_bytes
 from pygpuperf.report.chart import ChartPoint, chart_style, inline_svg, roofline_svg
 from pygpuperf.report.datasheet_chart import datasheet_svg
 from pygpuperf.report.sweep_chart import sweep_chart
-from pygpuperf.report.table import format_number as _fmt, summary_rows
+from pygpuperf.report.table import summary_rows
+from pygpuperf.units import format_bytes, format_number as _fmt
 from pygpuperf.results import Results
 
 _FAMILY_TITLES = {"memory": "Memory", "compute": "Compute", "latency": "Latency", "transfer": "Transfers",

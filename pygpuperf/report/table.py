@@ -5,26 +5,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from pygpuperf import peaks, transfers
-from pygpuperf.hierarchy import format_bytes
+from pygpuperf.units import format_bytes, format_number
 from pygpuperf.results import Measurement, Results, best_per_backend, is_series_point
 
 # Workload parameters worth a place in the one-line summary (all of them are in results.json).
 _WORKLOAD_KEYS = ("batch_size", "image_size", "precision", "memory_format")
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def format_number(value: float | None, digits: int = 1) -> str:
-    """Thousands separators from 100 up, `digits` decimals from 1, three significant digits below."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
 # Share of the datasheet figure below which a row is flagged, by family (the findings' thresholds).
@@ -57,7 +50,7 @@ class SummaryRow:
     cv: float | None
     datasheet: float | None
     percent: float | None  # of the datasheet figure
-    flag: str  # datasheet_flag()
+    flag: str  # datasheet_flag(), and "noisy" where the samples spread more than NOISY_CV
     check: str  # "verified", "WRONG", "waived" or "error"
     note: str  # why waived or failed, which variant was best, where a derived figure came from
 
@@ -77,11 +70,12 @@ def summary_rows(results: Results) -> list[SummaryRow]:
         if m.params.get("derived_from"):
             notes.append(_derived_note(m))
         percent = 100 * m.value / sheet if sheet and m.usable else None
+        flags = [f for f in (datasheet_flag(m.name, percent), "noisy" if m.noisy else "") if f]
         rows.append(SummaryRow(
             family=m.name.split(".")[0], name=m.name, backend=m.backend, value=m.value, unit=m.unit,
             p5=m.stats.p5 if ran else None, p95=m.stats.p95 if ran else None,
             cv=m.stats.cv if ran and math.isfinite(m.stats.cv) else None,
-            datasheet=sheet, percent=percent, flag=datasheet_flag(m.name, percent),
+            datasheet=sheet, percent=percent, flag=", ".join(flags),
             check=m.status if m.status in ("waived", "error") else ("verified" if m.verified else "WRONG"),
             note="; ".join(notes)))
     return rows
@@ -142,32 +136,64 @@ _CHECK_STYLE = {"verified": "[green]verified[/green]", "WRONG": "[bold red]WRONG
                 "waived": "[dim]waived[/dim]", "error": "[red]error[/red]"}
 
 
-def measurement_table(results: Results) -> Table:
+# Below this many columns the table keeps the essentials: the spread and datasheet columns go.
+NARROW_WIDTH = 120
+
+
+def measurement_table(results: Results, width: int | None = None) -> Table:
+    """The measurement summary as a rich Table. Numbers are never cut: number columns keep the width
+    of their widest cell. In a terminal narrower than NARROW_WIDTH the table drops its vertical rules,
+    the p5-p95 and datasheet columns and the notes of the check column (which variant won, why a
+    probe was waived), says native/torch for the backend (the title names the device) and puts a
+    datasheet flag beside the check: results.json and report.html have the rest."""
     card = peaks.datasheet_for(results.meta.get("device", {}).get("name", ""))
     title = results.meta.get("device", {}).get("name", "device")
     if card:
         title += f"  (datasheet: {card['name']})"
-    table = Table(title=title, title_justify="left", show_lines=False)
-    for column, justify in (("probe", "left"), ("backend", "left"), ("median", "right"), ("unit", "left"),
-                            ("p5-p95", "right"), ("CV", "right"), ("datasheet", "right"), ("%", "right"),
-                            ("flag", "left"), ("check", "left")):
-        table.add_column(column, justify=justify, no_wrap=column != "check")
+    rows = summary_rows(results)
+    narrow = width is not None and width < NARROW_WIDTH
+    cells = []
+    for r in rows:
+        flag = f"[yellow]{r.flag}[/yellow]" if r.flag else ""
+        check = _CHECK_STYLE[r.check]
+        if narrow:
+            check += f" {flag}" if flag else ""
+        elif r.note:
+            check += f" [dim]{escape(r.note[:80])}[/dim]"
+        cells.append({
+            "probe": r.name, "backend": r.backend.split("-", 1)[0] if narrow else r.backend,
+            "median": format_number(r.value), "unit": r.unit,
+            "p5-p95": f"{format_number(r.p5)}-{format_number(r.p95)}" if r.p5 is not None else "-",
+            "CV": f"{100 * r.cv:.1f}%" if r.cv is not None else "-",
+            "datasheet": format_number(r.datasheet), "%": format_number(r.percent, 0), "flag": flag, "check": check,
+        })
+    columns = [("probe", "left"), ("backend", "left"), ("median", "right"), ("unit", "left"), ("p5-p95", "right"),
+               ("CV", "right"), ("datasheet", "right"), ("%", "right"), ("flag", "left"), ("check", "left")]
+    dropped = {"p5-p95", "datasheet", "%", "flag"} if narrow else set()
+    if not any(r.datasheet is not None for r in rows):
+        dropped |= {"datasheet", "%"}
+    if not any(r.flag for r in rows):
+        dropped.add("flag")
+    table = Table(title=title, title_justify="left", show_lines=False, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
+    for column, justify in columns:
+        if column in dropped:
+            continue
+        if column == "check":  # its first word (verified, WRONG, waived, error) is never cut
+            table.add_column(column, justify=justify, overflow="fold", ratio=1, min_width=8)
+        else:  # names, numbers and short words: never cut
+            widest = max([len(column)] + [len(Text.from_markup(c[column]).plain) for c in cells])
+            table.add_column(column, justify=justify, no_wrap=True, min_width=widest)
     family = None
-    for r in summary_rows(results):
+    for r, c in zip(rows, cells):
         if family is not None and r.family != family:
             table.add_section()
         family = r.family
-        spread = f"{format_number(r.p5)}-{format_number(r.p95)}" if r.p5 is not None else "-"
-        cv = f"{100 * r.cv:.1f}%" if r.cv is not None else "-"
-        flag = f"[yellow]{r.flag}[/yellow]" if r.flag else ""
-        check = _CHECK_STYLE[r.check] + (f" [dim]{escape(r.note[:80])}[/dim]" if r.note else "")
-        table.add_row(r.name, r.backend, format_number(r.value), r.unit, spread, cv, format_number(r.datasheet), format_number(r.percent, 0),
-                      flag, check)
+        table.add_row(*(c[column] for column, _ in columns if column not in dropped))
     return table
 
 
 def print_summary(results: Results, console: Console) -> None:
-    console.print(measurement_table(results))
+    console.print(measurement_table(results, console.width))
     fits = link_fit_lines(results)
     if fits:
         console.print("[bold]Transfers fitted as time = latency + size / bandwidth[/bold]")

@@ -208,8 +208,11 @@ def set_global_flags(
     return restore
 
 
-def flag_params(knobs: Mapping[str, Any]) -> dict[str, str]:
-    """The flags in effect, as params: "on"/"off" where a knob set them, "... (torch setting)" where none did."""
+def flag_params(knobs: Mapping[str, Any], device: torch.device) -> dict[str, str]:
+    """The flags in effect, as params: "on"/"off" where a knob set them, "... (torch setting)" where none did.
+    None on a CPU: TF32, cuDNN and cuBLAS accumulation do not touch its math."""
+    if device.type == "cpu":
+        return {}
     tf32 = tf32_state()
     params: dict[str, str] = {}
     if knobs.get("tf32") is not None:

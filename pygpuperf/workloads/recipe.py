@@ -309,7 +309,7 @@ class ModelWorkload(Workload):
         built.params["precision"] = precision_label(device, settings.amp, self.dominant_op)
         if self.convolutional:
             built.params["memory_format"] = settings.knobs["memory_format"]
-        built.params.update(flag_params(settings.knobs))
+        built.params.update(flag_params(settings.knobs, device))
         if batch != requested:
             built.notes.append(f"batch size halved from {requested} to {batch}: the requested batch ran out of memory")
         if built.params["precision"] == "tf32":

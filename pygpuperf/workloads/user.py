@@ -252,5 +252,5 @@ class UserWorkload(Workload):
             restore()
             raise
         built.on_close.insert(0, restore)  # after the user's own close
-        built.params.update(flag_params(flags))
+        built.params.update(flag_params(flags, torch.device(device)))
         return built
