@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 import torchvision
 
-from pygpuperf import io
+from pygpuperf.core import documents
 from pygpuperf.explain import explainer
+from pygpuperf.report import explained
 
 
 def make_step(batch: int, channels_last: bool):
@@ -65,7 +66,7 @@ def plain_throughput(step, batch: int, warmup: int = 10, steps: int = 30) -> dic
 def main() -> int:
     model_path, out = Path(sys.argv[1]), Path(sys.argv[2])
     configs = sys.argv[3:] or ["256:channels_last"]
-    machine = io.load_results(model_path).machine_model
+    machine = documents.load_results(model_path).machine_model
     names: dict[str, dict[str, object]] = {}
     for config in configs:
         batch_text, layout = config.split(":")
@@ -74,7 +75,7 @@ def main() -> int:
         throughput = plain_throughput(step, batch)
         explanation = explainer.explain(step, machine, "cuda", steps=3, warmup=2, module=model)
         folder = out / f"resnet50-amp-bs{batch}-{layout}"
-        explainer.write_outputs(explanation, folder)
+        explained.write_outputs(explanation, folder)
         lines = [f"ResNet-50 AMP fp16 training, batch {batch}, {layout}: {throughput['images_per_s']:,.0f} img/s, "
                  f"step {throughput['step_ms']:.2f} ms (CV {100 * throughput['cv']:.1f}%) without the profiler"]
         lines += explainer.summary_lines(explanation)

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
-from pygpuperf import io
+from pygpuperf.core import documents
 from pygpuperf.explain import explainer
 from pygpuperf.workloads import WORKLOADS, get_workload
+from pygpuperf.report import explained
 
 
 def explain_one(name: str, model, out: Path) -> dict:
@@ -28,7 +29,7 @@ def explain_one(name: str, model, out: Path) -> dict:
     with get_workload(name).build("cuda") as built:
         explanation = explainer.explain_built(built, model, "cuda", steps=3)
         params = dict(built.params)
-    explainer.write_explained(explanation, params, model, out, echo=lambda text: None)
+    explained.write_explained(explanation, params, model, out, echo=lambda text: None)
     found = explanation.findings
     step = explanation.median
     w = step.waterfall
@@ -60,7 +61,7 @@ def main() -> int:
     p.add_argument("names", nargs="*")
     p.add_argument("--budget-s", type=float, default=330.0)
     args = p.parse_args()
-    model = io.load_results(args.results).machine_model
+    model = documents.load_results(args.results).machine_model
     names = args.names or [n for n in WORKLOADS if n != "resnet18-train-small"]
     started = time.monotonic()
     rows = []

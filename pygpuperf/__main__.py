@@ -12,11 +12,11 @@ import sys
 import pygpuperf
 
 COMMANDS = {
-    "roofline": ("pygpuperf.roofline", "characterize the device, run a model, place it on the roofline (default)"),
-    "explain": ("pygpuperf.explain.__main__", "profile a model's steps and attribute them to the roofline"),
-    "predict": ("pygpuperf.predict", "re-price an explained step on another card"),
-    "compare": ("pygpuperf.compare", "ceilings of measured runs and datasheet cards side by side"),
-    "collectives": ("pygpuperf.collectives", "all_reduce/all_gather/reduce_scatter/broadcast bandwidth"),
+    "roofline": ("pygpuperf.cli.roofline", "characterize the device, run a model, place it on the roofline (default)"),
+    "explain": ("pygpuperf.cli.explain", "profile a model's steps and attribute them to the roofline"),
+    "predict": ("pygpuperf.cli.predict", "re-price an explained step on another card"),
+    "compare": ("pygpuperf.cli.compare", "ceilings of measured runs and datasheet cards side by side"),
+    "collectives": ("pygpuperf.cli.collectives", "all_reduce/all_gather/reduce_scatter/broadcast bandwidth"),
 }
 
 

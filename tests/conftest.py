@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from pygpuperf import native
+from pygpuperf.measure import native
 
 
 def _cuda_ready() -> str | None:

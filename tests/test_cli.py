@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from pygpuperf import io
+from pygpuperf.core import documents
 
 
 def _cli(*args, timeout=600, **kwargs):
@@ -63,7 +63,7 @@ def test_quick_probe_subset_writes_valid_results(tmp_path):
                 "--model", "none", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
     printed = json.loads(proc.stdout)
-    results = io.load_results(out / "results.json")
+    results = documents.load_results(out / "results.json")
     assert printed["schema"] == "pygpuperf/1"
     names = {(m.name, m.backend) for m in results.measurements}
     assert ("memory.dram.copy", "native-cpu") in names and ("memory.dram.copy", "torch-cpu") in names
@@ -81,7 +81,7 @@ def test_default_cpu_run_is_complete_and_under_three_minutes(tmp_path):
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert elapsed < 180, f"default CPU run took {elapsed:.0f} s"
-    results = io.load_results(out / "results.json")
+    results = documents.load_results(out / "results.json")
     assert {"memory.dram.read", "memory.dram.write", "memory.dram.copy", "memory.dram.triad",
             "compute.simd.fp32", "compute.simd.fp64"} <= {m.name for m in results.measurements if m.usable}
     assert len(results.workloads) == 1

@@ -14,10 +14,10 @@ import sys
 import pytest
 import torch
 
-from pygpuperf import io
-from pygpuperf.backends.base import RunSettings
-from pygpuperf.collectives import (OPS, QUICK_SIZES, SIZES, bandwidths, bus_factor, main, message_bytes,
-                                   message_sizes, parse_size, run_collectives)
+from pygpuperf.core import documents
+from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.cli.collectives import main
+from pygpuperf.measure.collectives import (OPS, QUICK_SIZES, SIZES, bandwidths, bus_factor, message_bytes, message_sizes, parse_size, run_collectives)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SMALL = [8 * KiB, 64 * KiB]
@@ -119,7 +119,7 @@ def test_bad_arguments_to_run_collectives():
 
 def _check_results_file(path, expected, world_size, launch):
     """`expected`: (op, S) of each measurement in order."""
-    results = io.load_results(path)  # validated against the schema
+    results = documents.load_results(path)  # validated against the schema
     assert [(m.name, int(m.params["size_bytes"])) for m in results.measurements] == [
         (f"collective.{op}", size) for op, size in expected]
     ops = {op for op, _ in expected}

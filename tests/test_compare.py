@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pygpuperf import io
+from pygpuperf.core import documents
 from pygpuperf.compare import compare, comparison_dict, load_entry
-from pygpuperf.device import UsageError
-from pygpuperf.results import COUNTING_CONVENTION, MachineModel, Measurement, Results
+from pygpuperf.core.errors import UsageError
+from pygpuperf.core.results import COUNTING_CONVENTION, Measurement, Results
+from pygpuperf.analyze.machine_model import build_machine_model
 
 H200_RESULTS = Path(__file__).resolve().parent.parent / "benchmarks/results/nvidia-h200_2026-11-30_memory-hierarchy_results.json"
 
@@ -48,17 +49,17 @@ def _synthetic_h200(out: Path) -> Path:
             "device": {"type": "cuda", "name": "NVIDIA H200"}, "time_utc": "2026-11-30T00:00:00+00:00",
             "counting": COUNTING_CONVENTION}
     results = Results(meta=meta, measurements=measurements,
-                      machine_model=MachineModel.from_measurements("cuda:0", measurements))
-    return io.write_results(results, out)["json"]  # validates what it writes
+                      machine_model=build_machine_model("cuda:0", measurements))
+    return documents.write_results(results, out)["json"]  # validates what it writes
 
 
 @pytest.fixture
 def h200(tmp_path) -> Path:
     """The committed H200 run, or a synthetic one where the schema has moved on since it was written."""
     try:
-        io.load_results(H200_RESULTS)
+        documents.load_results(H200_RESULTS)
         return H200_RESULTS
-    except io.ResultsFileError:
+    except documents.ResultsFileError:
         return _synthetic_h200(tmp_path)
 
 
@@ -240,9 +241,9 @@ def _noisy_run(out: Path, value: float, spread: float) -> Path:
             "device": {"type": "cuda", "name": "NVIDIA H200"}, "time_utc": "2026-11-30T00:00:00+00:00",
             "counting": COUNTING_CONVENTION}
     results = Results(meta=meta, measurements=measurements,
-                      machine_model=MachineModel.from_measurements("cuda:0", measurements))
+                      machine_model=build_machine_model("cuda:0", measurements))
     out.mkdir(parents=True)
-    return io.write_results(results, out)["json"]
+    return documents.write_results(results, out)["json"]
 
 
 def test_one_card_measured_twice_in_noise_is_the_same_not_a_winner(tmp_path):

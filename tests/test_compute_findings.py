@@ -2,8 +2,9 @@
 
 import pytest
 
-from pygpuperf import analysis
-from pygpuperf.results import MachineModel, Measurement, Telemetry
+from pygpuperf.analyze import conclude
+from pygpuperf.core.results import Measurement, Telemetry
+from pygpuperf.analyze.machine_model import build_machine_model
 
 RTX3090 = {"name": "NVIDIA GeForce RTX 3090", "compute_capability": "8.6", "multiprocessor_count": 82,
            "sm_clock_max_mhz": 1695}
@@ -25,7 +26,7 @@ def titles(findings):
 
 
 def test_geforce_half_rate_accumulate_is_named_with_its_cost():
-    found = analysis.compute_findings([tensor("compute.tensor.fp16.acc32", 70.0), tensor("compute.tensor.fp16.acc16",
+    found = conclude.compute_findings([tensor("compute.tensor.fp16.acc32", 70.0), tensor("compute.tensor.fp16.acc16",
                                                                                            140.0)], RTX3090)
     half = [f for f in found if "half" in f.title]
     assert len(half) == 1 and half[0].severity == "warning"
@@ -35,7 +36,7 @@ def test_geforce_half_rate_accumulate_is_named_with_its_cost():
 
 
 def test_data_center_part_has_no_half_rate_finding():
-    found = analysis.compute_findings([tensor("compute.tensor.fp16.acc32", 940.0), tensor("compute.tensor.fp16.acc16",
+    found = conclude.compute_findings([tensor("compute.tensor.fp16.acc32", 940.0), tensor("compute.tensor.fp16.acc16",
                                                                                            938.0)], H200)
     assert not [t for t in titles(found) if "half" in t]
     assert any("same rate" in t for t in titles(found))
@@ -43,16 +44,16 @@ def test_data_center_part_has_no_half_rate_finding():
 
 def test_ceiling_far_below_the_architecture_limit_is_reported():
     # 645 of 4096 x 132 x 1980 MHz = 1070 TFLOP/s: 60 %.
-    found = analysis.compute_findings([tensor("compute.tensor.fp16.acc32", 645.0)], H200)
+    found = conclude.compute_findings([tensor("compute.tensor.fp16.acc32", 645.0)], H200)
     assert any("reaches 60% of what the architecture allows" in t for t in titles(found))
-    assert not analysis.compute_findings([tensor("compute.tensor.fp16.acc32", 940.0)], H200)
+    assert not conclude.compute_findings([tensor("compute.tensor.fp16.acc32", 940.0)], H200)
 
 
 def test_clocks_below_max_during_compute_are_reported_with_reasons():
-    found = analysis.compute_findings([tensor("compute.tensor.bf16.acc32", 900.0, 1700, ["software_power_cap"])], H200)
+    found = conclude.compute_findings([tensor("compute.tensor.bf16.acc32", 900.0, 1700, ["software_power_cap"])], H200)
     clock = [f for f in found if "SM clock" in f.title]
     assert len(clock) == 1 and "software_power_cap" in clock[0].title and "1,700 MHz" in clock[0].title
-    assert not [f for f in analysis.compute_findings([tensor("compute.tensor.bf16.acc32", 900.0, 1975)], H200)
+    assert not [f for f in conclude.compute_findings([tensor("compute.tensor.bf16.acc32", 900.0, 1975)], H200)
                 if "SM clock" in f.title]
 
 
@@ -61,26 +62,26 @@ def test_torch_figures_and_unverified_probes_are_not_judged():
     wrong.verified = False
     torch_only = tensor("compute.tensor.fp16.acc16", 140.0)
     torch_only.backend = "torch-cuda"
-    assert analysis.compute_findings([wrong, torch_only], RTX3090) == []
+    assert conclude.compute_findings([wrong, torch_only], RTX3090) == []
 
 
 def test_rate_per_clock_per_sm_uses_the_measured_clock():
     m = tensor("compute.tensor.fp16.acc32", 900.0, sm_mhz=1800)
-    analysis.annotate_rates_per_clock([m], H200)
+    conclude.annotate_rates_per_clock([m], H200)
     assert float(m.params["flop_per_clock_per_sm"]) == pytest.approx(900e12 / (132 * 1800e6), rel=1e-3)
     assert m.params["measured_sm_clock_mhz"] == "1800"
 
 
 def test_missing_native_extension_is_the_first_finding():
-    from pygpuperf.results import Results
+    from pygpuperf.core.results import Results
 
     meta = {"device": {"type": "cpu"}, "extension": {"error": "No module named 'pygpuperf._C'"}}
     results = Results(meta=meta, measurements=[tensor("compute.tensor.fp16.acc32", 1.0)])
-    analysis.conclude(results, "cpu")
+    conclude.conclude(results, "cpu")
     assert "native extension did not load" in results.findings[0].title
     assert "pip install --no-build-isolation -e ." in results.findings[0].suggestion
     loaded = Results(meta={"device": {"type": "cpu"}, "extension": {"cuda": "0"}})
-    analysis.conclude(loaded, "cpu")
+    conclude.conclude(loaded, "cpu")
     assert not any("extension" in f.title for f in loaded.findings)
 
 
@@ -107,7 +108,7 @@ def sweep(precision, bandwidth_gbs, top_tflops):
 
 def sweep_findings(points, peak_tflops, copy_gbs=4300.0, name="compute.cuda.fp32"):
     ms = points + [tensor(name, peak_tflops), stream("memory.hbm.copy", copy_gbs), stream("memory.hbm.write", 4700.0)]
-    return analysis.intensity_sweep_findings(ms, MachineModel.from_measurements("cuda:0", ms))
+    return conclude.intensity_sweep_findings(ms, build_machine_model("cuda:0", ms))
 
 
 def test_sweep_that_meets_the_ceilings_confirms_the_ridge_point():
@@ -131,4 +132,4 @@ def test_sweep_below_the_memory_roof_is_called_out():
 def test_no_sweep_finding_without_enough_points_or_a_peak_probe():
     assert sweep_findings(sweep("fp32", 4000.0, 65.8)[:2], 66.0) == []
     ms = sweep("bf16x2", 4000.0, 100.0) + [stream("memory.hbm.copy", 4300.0)]
-    assert analysis.intensity_sweep_findings(ms, MachineModel.from_measurements("cuda:0", ms)) == []
+    assert conclude.intensity_sweep_findings(ms, build_machine_model("cuda:0", ms)) == []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pygpuperf import native
+from pygpuperf.measure import native
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"extension not built: {native.IMPORT_ERROR}")
 

@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pygpuperf import hierarchy, io, native
-from pygpuperf.backends.base import RunSettings
-from pygpuperf.backends.portable import PortableBackend
+from pygpuperf.analyze import hierarchy
+from pygpuperf.facts import cpu
+from pygpuperf.core import documents
+from pygpuperf.measure import native
+from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.backends.portable import PortableBackend
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"extension not built: {native.IMPORT_ERROR}")
 
@@ -65,7 +68,7 @@ def test_largest_point_reaches_main_memory_and_verifies():
     last = native.probe_variants("memory.sweep", CPU, True)[-1]
     r = sweep(last, samples=1)
     assert r.verified, r.verify_detail
-    l3 = hierarchy.cpu_cache_facts().get("l3_cache_bytes")
+    l3 = cpu.cpu_cache_facts().get("l3_cache_bytes")
     if l3:
         assert 4 * l3 <= int(r.params["footprint_bytes"]) <= 8 * l3
 
@@ -167,7 +170,7 @@ def test_cli_quick_sweep_writes_series_chart_and_derived_l1(tmp_path: Path):
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "sweep.png").stat().st_size > 10_000
-    results = io.load_results(out / "results.json")
+    results = documents.load_results(out / "results.json")
     points = [m for m in results.measurements if m.name == "memory.sweep"]
     assert len(points) == len(native.probe_variants("memory.sweep", CPU, True))
     assert all(m.status == "ok" and m.verified and m.params["mode"] == "l1" for m in points)

@@ -2,8 +2,9 @@
 
 import pytest
 
-from pygpuperf.diagnostics import datasheet_findings
-from pygpuperf.results import MachineModel, Measurement, Telemetry
+from pygpuperf.analyze.diagnostics import datasheet_findings
+from pygpuperf.core.results import Measurement, Telemetry
+from pygpuperf.analyze.machine_model import build_machine_model
 
 H100 = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "multiprocessor_count": 132,
         "sm_clock_max_mhz": 1980, "power_limit_w": 700.0, "power_limit_default_w": 700.0, "ecc_enabled": True,
@@ -24,7 +25,7 @@ def _m(name: str, value: float, clock: float | None = None, backend: str = "nati
 
 
 def _findings(measurements, meta):
-    return datasheet_findings(measurements, MachineModel.from_measurements("cuda:0", measurements), meta)
+    return datasheet_findings(measurements, build_machine_model("cuda:0", measurements), meta)
 
 
 def _titles(findings, fragment):

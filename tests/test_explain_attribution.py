@@ -7,7 +7,7 @@ import pytest
 from pygpuperf.explain import attribution as at
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM, Idle,
                                      KernelRecord, Timeline)
-from pygpuperf.results import Ceiling, MachineModel
+from pygpuperf.core.results import Ceiling, MachineModel
 
 
 def _model() -> MachineModel:

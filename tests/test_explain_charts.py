@@ -13,7 +13,7 @@ import matplotlib.image
 import pytest
 
 from pygpuperf.explain import attribution
-from pygpuperf.explain.explainer import ExplainedStep, Explanation
+from pygpuperf.explain.model import ExplainedStep, Explanation
 from pygpuperf.explain.words import label
 from pygpuperf.explain.model import (LAYOUT, MEMCPY, MEMORY_BOUND, TENSOR_GEMM, Idle, KernelRecord, Timeline,
                                      Waterfall)
@@ -22,7 +22,7 @@ from pygpuperf.report.explain_charts import (IDEAL, MEASURED, MIN_SHARE, explain
                                              explain_roofline_svg, kernel_groups, kernel_points,
                                              short_kernel_name, waterfall_bars, waterfall_chart, waterfall_svg)
 from pygpuperf.report.explain_html import explain_section_html, write_explain_html, write_explain_report
-from pygpuperf.results import Ceiling, MachineModel, Results
+from pygpuperf.core.results import Ceiling, MachineModel, Results
 
 SVG = "{http://www.w3.org/2000/svg}"
 HOSTILE_KERNEL = '<script>alert("k")</script> void evil<int>(float*) & $x$'

@@ -192,7 +192,7 @@ def test_kernels_of_every_built_in_workload_get_the_class_their_names_say():
 def test_a_split_k_convolution_keeps_its_flops_on_the_gemm_and_stays_within_its_bound():
     """One weight-gradient call from the H200 ResNet-50 fp32 step: padding, format conversion, a mangled
     CUTLASS implicit-GEMM and its split-K reduction. The GEMM carries the FLOPs; nothing beats its bound."""
-    from pygpuperf import io
+    from pygpuperf.core import documents
     from pygpuperf.explain import attribution, explainer
     from pygpuperf.explain.model import KernelRecord
 
@@ -207,7 +207,7 @@ def test_a_split_k_convolution_keeps_its_flops_on_the_gemm_and_stays_within_its_
 
     explainer._cost_records(Step)
     results = Path(__file__).parents[1] / "benchmarks" / "results" / "nvidia-h200_2026-11-30_compute-transfers_results.json"
-    attribution.assign_bounds(records, io.load_results(results).machine_model)
+    attribution.assign_bounds(records, documents.load_results(results).machine_model)
     gemm = next(r for r in records if "ImplicitGemmConvolution" in r.name)
     assert (gemm.kernel_class, gemm.precision) == ("tensor_gemm", "tf32.acc32")
     assert gemm.flops > 0 and all(r.flops == 0 for r in records if r is not gemm)

@@ -5,8 +5,8 @@ import subprocess
 import sys
 import textwrap
 
-from pygpuperf import io
-from pygpuperf.results import Ceiling, MachineModel, Results
+from pygpuperf.core import documents
+from pygpuperf.core.results import Ceiling, MachineModel, Results
 
 
 def _cli(*args):
@@ -21,7 +21,7 @@ def _machine_model_file(tmp_path):
     r = Results(meta={"versions": {"pygpuperf": "0", "torch": "2", "python": "3"}, "device": {"type": "cpu"},
                       "host": {}, "time_utc": "2026-01-01T00:00:00+00:00", "counting": "1 GB = 1e9 B"},
                 machine_model=model)
-    return io.write_results(r, tmp_path / "model")["json"]
+    return documents.write_results(r, tmp_path / "model")["json"]
 
 
 def test_user_step_is_explained(tmp_path):

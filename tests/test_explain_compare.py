@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pygpuperf.explain import attribution, compare
-from pygpuperf.explain.explainer import ExplainedStep, Explanation
+from pygpuperf.explain.model import ExplainedStep, Explanation
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from pygpuperf.explain import attribution, findings
-from pygpuperf.explain.explainer import ExplainedStep, Explanation
+from pygpuperf.explain.model import ExplainedStep, Explanation
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
-from pygpuperf.results import Ceiling, MachineModel
+from pygpuperf.core.results import Ceiling, MachineModel
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -254,8 +254,8 @@ def test_h200_channels_last_idles_more_at_batch_64():
 
 
 def test_memory_findings_name_a_batch_that_did_not_fit_and_estimate_one_that_would():
-    from pygpuperf.explain.explainer import Throughput
-    from pygpuperf.results import Stats
+    from pygpuperf.explain.model import Throughput
+    from pygpuperf.core.results import Stats
 
     step = explained([kernel("tensor_gemm", 100.0, "aten::mm", "fp16.acc32", bound=60.0)])
     halved = by_title(findings.explain_findings(step, {"batch_size_requested": "512", "batch_size": "256"}, model()),

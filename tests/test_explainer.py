@@ -9,7 +9,8 @@ import pytest
 from pygpuperf.explain import explainer
 from pygpuperf.explain.attribution import UNEXPLAINED
 from pygpuperf.explain.trace import CapturedSteps, MathSettings, steps_from_chrome_trace
-from pygpuperf.results import Ceiling, MachineModel
+from pygpuperf.core.results import Ceiling, MachineModel
+from pygpuperf.report import explained
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -49,7 +50,7 @@ def test_kernels_get_work_and_bounds_from_their_ops(explanation):
 
 
 def test_outputs_and_summary(explanation, tmp_path):
-    paths = explainer.write_outputs(explanation, tmp_path)
+    paths = explained.write_outputs(explanation, tmp_path)
     doc = json.loads(paths[0].read_text())
     assert doc["waterfall"]["measured_us"] == pytest.approx(explanation.median.waterfall.measured_us)
     assert len(doc["kernels"]) == len(explanation.median.kernels)
@@ -61,5 +62,5 @@ def test_outputs_and_summary(explanation, tmp_path):
 def test_the_returned_explanation_has_its_findings_before_anything_is_written(explanation, tmp_path):
     found = [dataclasses.asdict(f) for f in explanation.findings]
     assert found, "the recorded step has findings (idle, memory-bound kernels)"
-    explainer.write_explained(explanation, {}, h200_like_model(), tmp_path, echo=lambda text: None)
+    explained.write_explained(explanation, {}, h200_like_model(), tmp_path, echo=lambda text: None)
     assert json.loads((tmp_path / "findings.json").read_text()) == found

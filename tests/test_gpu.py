@@ -10,10 +10,13 @@ import sys
 import pytest
 import torch
 
-from pygpuperf import io, meta, native, peaks
-from pygpuperf.backends.base import RunSettings
-from pygpuperf.backends.native import NativeBackend
-from pygpuperf.backends.portable import PortableBackend
+from pygpuperf.core import documents
+from pygpuperf.facts import host
+from pygpuperf.measure import native
+from pygpuperf.facts import datasheets
+from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.backends.native import NativeBackend
+from pygpuperf.measure.backends.portable import PortableBackend
 
 pytestmark = pytest.mark.gpu
 
@@ -26,7 +29,7 @@ QUICK = RunSettings(warmup=2, samples=10)
 
 @pytest.fixture(scope="module")
 def device_meta():
-    return meta.device_facts(GPU)
+    return host.device_facts(GPU)
 
 
 def test_every_first_cuda_probe_is_registered():
@@ -41,7 +44,7 @@ def test_cuda_probe_verifies_and_stays_under_its_peak(name, device_meta):
     assert m.verified, m.verify_detail
     assert m.value > 0 and m.stats.n == QUICK.samples
     assert m.backend == "native-cuda"
-    peak = peaks.theoretical_peak(name, device_meta)
+    peak = datasheets.theoretical_peak(name, device_meta)
     if peak is not None:
         assert m.value <= peak.value * 1.02, f"{m.value} {m.unit} above the {peak.source} peak {peak.value}"
 
@@ -59,7 +62,7 @@ def test_hbm_buffers_are_at_least_four_times_l2():
 
 
 def test_hbm_copy_reaches_half_the_theoretical_bandwidth(device_meta):
-    peak = peaks.theoretical_peak("memory.hbm.copy", device_meta)
+    peak = datasheets.theoretical_peak("memory.hbm.copy", device_meta)
     if peak is None:
         pytest.skip("NVML gives no memory clock or bus width here")
     m = NativeBackend().measure("memory.hbm.copy", GPU, QUICK)
@@ -96,7 +99,7 @@ def test_main_command_on_gpu(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pygpuperf.roofline", "--device", "cuda:0", "--quick", "--model",
                            "none", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = io.load_results(out / "results.json")
+    results = documents.load_results(out / "results.json")
     assert results.meta["device"]["multiprocessor_count"] > 0
     backends = {m.backend for m in results.measurements if m.usable}
     assert "native-cuda" in backends

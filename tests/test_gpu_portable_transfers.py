@@ -11,9 +11,9 @@ import dataclasses
 import pytest
 import torch
 
-from pygpuperf import pairs
-from pygpuperf.backends.base import RunSettings
-from pygpuperf.backends.portable import (QUICK_TRANSFER_SIZES, TRANSFER_SIZES, BidirTransferProbe, PortableBackend,
+from pygpuperf.measure import pairs
+from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.backends.portable import (QUICK_TRANSFER_SIZES, TRANSFER_SIZES, BidirTransferProbe, PortableBackend,
                                           TransferProbe, copies_per_run, run_probe)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

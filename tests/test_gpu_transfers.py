@@ -12,7 +12,7 @@ import statistics
 import pytest
 import torch
 
-from pygpuperf import native
+from pygpuperf.measure import native
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,9 @@ import statistics
 import pytest
 import torch
 
-from pygpuperf import meta, native, peaks
+from pygpuperf.facts import host
+from pygpuperf.measure import native
+from pygpuperf.facts import datasheets
 
 pytestmark = pytest.mark.gpu
 
@@ -52,7 +54,7 @@ def runnable(kind: str) -> str:
 
 @pytest.fixture(scope="module")
 def device_meta():
-    return meta.device_facts(GPU)
+    return host.device_facts(GPU)
 
 
 def theoretical_peak(kind: str, device_meta) -> float | None:
@@ -108,8 +110,8 @@ def test_wgmma_poisoned_output_fails_verification(kind):
 
 def test_wgmma_fp16_reaches_80_percent_of_the_datasheet(device_meta):
     name = runnable("fp16.acc32")
-    card = peaks.datasheet_for(device_meta["name"])
-    datasheet = peaks.datasheet_value(card, "compute.tensor.fp16.acc32")
+    card = datasheets.datasheet_for(device_meta["name"])
+    datasheet = datasheets.datasheet_value(card, "compute.tensor.fp16.acc32")
     if datasheet is None:
         pytest.skip(f"no fp16 tensor datasheet figure for {device_meta['name']}")
     runs = {v: native.run_probe(name, GPU, variant=v, warmup=3, samples=10)

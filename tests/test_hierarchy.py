@@ -10,10 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pygpuperf import analysis, hierarchy, io, units
-from pygpuperf.hierarchy import Level, detect_levels
+from pygpuperf.analyze import conclude
+from pygpuperf.analyze import hierarchy
+from pygpuperf.facts import cpu
+from pygpuperf.core import documents
+from pygpuperf.core import units
+from pygpuperf.analyze.hierarchy import Level, detect_levels
 from pygpuperf.report.sweep_chart import sweep_chart
-from pygpuperf.results import MachineModel, Measurement, Results
+from pygpuperf.core.results import Measurement, Results
+from pygpuperf.analyze.machine_model import build_machine_model
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 H200_SMS = 132
@@ -313,29 +318,29 @@ def test_capacity_evidence_and_findings():
     assert checks["l2"].expected_bytes == 50 * MiB and checks["l2"].scope == "total"
     assert not checks["l1"].differs() and not checks["l2"].differs()
     assert abs(checks["l2"].relative_difference) < 0.1
-    found = analysis.hierarchy_findings(points + derived, H200_META)
+    found = conclude.hierarchy_findings(points + derived, H200_META)
     assert [f.severity for f in found] == ["info"] and "agree" in found[0].title
 
     # The driver claims 80 MiB of L2 but the knee is at 50 MiB: a warning with the numbers.
     claims_more = dict(H200_META, l2_cache_bytes=80 * MiB)
-    (warning, agreeing) = analysis.hierarchy_findings(points + derived, claims_more)
+    (warning, agreeing) = conclude.hierarchy_findings(points + derived, claims_more)
     assert warning.severity == "warning" and "L2" in warning.title and "below" in warning.title
     assert warning.evidence["expected_bytes"] == 80 * MiB
     assert "L1" in agreeing.title
     # An unknown architecture has no L1 reference: reported, not warned about.
     unknown = dict(H200_META, compute_capability="12.0")
-    assert any("no reported size" in f.title for f in analysis.hierarchy_findings(derived, unknown))
+    assert any("no reported size" in f.title for f in conclude.hierarchy_findings(derived, unknown))
 
 
 def test_derived_figures_become_ceilings_and_sweeps_do_not():
     points = gpu_sweeps()
     derived = hierarchy.derive_cache_measurements(points, H200_META)
-    model = MachineModel.from_measurements("cuda:0", points + derived)
+    model = build_machine_model("cuda:0", points + derived)
     assert model.memory["l1"].source == "memory.l1.read" and model.memory["l2"].value == pytest.approx(11000, rel=0.01)
     assert set(model.memory) == {"l1", "l2"}
     # An unverified derived figure is not a second 'wrong result' finding: its sweep point is.
     wrong = hierarchy.derive_cache_measurements(gpu_sweeps(16 * KiB), H200_META)
-    errors = [f for f in analysis.findings_for(gpu_sweeps(16 * KiB) + wrong, H200_META) if f.severity == "error"]
+    errors = [f for f in conclude.findings_for(gpu_sweeps(16 * KiB) + wrong, H200_META) if f.severity == "error"]
     assert len(errors) == 1 and errors[0].evidence["probe"] == "memory.sweep"
 
 
@@ -380,7 +385,7 @@ def test_cpu_latency_sweep_gives_named_latencies():
         [1, 4, 12, 90]
     assert derived["latency.l1"].unit == "ns" and derived["latency.l1"].params["derived_from"] == "latency.sweep"
     assert "capacity_bytes" not in derived["latency.dram"].params
-    model = MachineModel.from_measurements("cpu", list(derived.values()))
+    model = build_machine_model("cpu", list(derived.values()))
     assert set(model.latency) == {"l1", "l2", "l3", "dram"}
     assert hierarchy.capacity_checks(derived.values(), meta) == []  # capacities come from the bandwidth sweep
     # On a GPU the latency probes name their points themselves.
@@ -405,9 +410,9 @@ def test_sweep_chart_draws_both_panels(tmp_path: Path):
 def test_results_with_derived_figures_round_trip(tmp_path: Path):
     points = gpu_sweeps()
     results = results_with(points + hierarchy.derive_cache_measurements(points, H200_META))
-    results.machine_model = MachineModel.from_measurements("cuda:0", results.measurements)
-    results.findings = analysis.hierarchy_findings(results.measurements, H200_META)
-    loaded = io.load_results(io.write_results(results, tmp_path)["json"])
+    results.machine_model = build_machine_model("cuda:0", results.measurements)
+    results.findings = conclude.hierarchy_findings(results.measurements, H200_META)
+    loaded = documents.load_results(documents.write_results(results, tmp_path)["json"])
     assert [m.name for m in loaded.measurements] == [m.name for m in results.measurements]
     derived = [m for m in loaded.measurements if m.params.get("derived_from")]
     assert {m.name for m in derived} == {"memory.l1.read", "memory.l2.read"}
@@ -422,14 +427,14 @@ def test_cpu_cache_facts_from_sysfs(tmp_path: Path):
         for name, text in (("level", str(level)), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
             (folder / name).write_text(text + "\n")
 
-    for cpu in (0, 1, 2, 3):
-        cache(cpu, 0, 1, "Data", "48K", f"{cpu},{cpu + 4}")  # SMT: two threads share each L1 and L2
-        cache(cpu, 2, 2, "Unified", "2048K", f"{cpu},{cpu + 4}")
-        cache(cpu, 3, 3, "Unified", "32768K", "0-3,4-7" if cpu < 2 else "8-11")  # two L3 instances
-    facts = hierarchy.cpu_cache_facts(tmp_path)
+    for n in (0, 1, 2, 3):
+        cache(n, 0, 1, "Data", "48K", f"{n},{n + 4}")  # SMT: two threads share each L1 and L2
+        cache(n, 2, 2, "Unified", "2048K", f"{n},{n + 4}")
+        cache(n, 3, 3, "Unified", "32768K", "0-3,4-7" if n < 2 else "8-11")  # two L3 instances
+    facts = cpu.cpu_cache_facts(tmp_path)
     assert facts == {"l1d_cache_bytes_per_cpu": 24 * KiB, "l2_cache_bytes_per_cpu": 1 * MiB,
                      "l3_cache_bytes": 64 * MiB}
-    assert hierarchy.cpu_cache_facts(tmp_path / "missing") == {}
+    assert cpu.cpu_cache_facts(tmp_path / "missing") == {}
 
 
 def test_format_bytes():

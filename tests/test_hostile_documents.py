@@ -9,16 +9,16 @@ import sys
 
 import pytest
 
-from pygpuperf import datasheets
-from pygpuperf.explain.explainer import ExplainedStep, Explanation, Throughput
+from pygpuperf.analyze import machine_model
+from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import MEMORY_BOUND, Idle, KernelRecord, Timeline, Waterfall
-from pygpuperf.results import Results, Stats
+from pygpuperf.core.results import Results, Stats
 
 HBM = 4000.0
 
 
 def _results_doc(name: str = "NVIDIA H200", device: str = "cuda:0") -> dict:
-    model = datasheets.machine_model("h200-sxm")
+    model = machine_model.machine_model("h200-sxm")
     model = dataclasses.replace(model, device=device, origin="measured")
     meta = {"versions": {"pygpuperf": "0", "torch": "0", "python": "3"}, "device": {"type": device.split(":")[0],
             "name": name}, "host": {}, "time_utc": "2026-12-01T00:00:00+00:00", "counting": "x"}

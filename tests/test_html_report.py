@@ -12,11 +12,12 @@ from typing import Any
 import matplotlib.image
 import pytest
 
-from pygpuperf import peaks
+from pygpuperf.facts import datasheets
 from pygpuperf.report.chart import ChartPoint
 from pygpuperf.report.html import html_report, write_html_report
 from pygpuperf.report.table import summary_rows
-from pygpuperf.results import Finding, MachineModel, Measurement, Results, Stats, WorkloadResult
+from pygpuperf.core.results import Finding, Measurement, Results, Stats, WorkloadResult
+from pygpuperf.analyze.machine_model import build_machine_model
 
 HOSTILE = "<script>alert(1)</script>"
 HOSTILE_IMG = '<img src="https://example.com/x.png" onerror="document.title=1">'
@@ -62,7 +63,7 @@ def h200_results() -> Results:
         "suite_seconds": 31.0,
     }
     r = Results(meta=meta, measurements=ms)
-    r.machine_model = MachineModel.from_measurements("cuda:0", ms)
+    r.machine_model = build_machine_model("cuda:0", ms)
     r.findings = [
         Finding("warning", "Clocks were held back by the power cap while 2 probes ran.",
                 {"sm_clock_mhz": {"compute.tensor.fp16.acc32": 1830.0}}, "Check cooling and power limits."),
@@ -143,9 +144,9 @@ def test_report_holds_findings_workloads_and_key_numbers(report: Path):
     assert "achieved 140 TFLOP/s" in shown and "of attainable 50%" in shown  # the workload on the roofline
     assert "WRONG" in shown and "waived" in shown and "best of 2: 8192" in shown
     # The flags and percentages of the tables come from summary_rows.
-    card = peaks.datasheet_for("NVIDIA H200")
+    card = datasheets.datasheet_for("NVIDIA H200")
     hbm = next(r for r in summary_rows(results) if r.name == "memory.hbm.read")
-    assert hbm.datasheet == peaks.datasheet_value(card, "memory.hbm.read")
+    assert hbm.datasheet == datasheets.datasheet_value(card, "memory.hbm.read")
     assert f"{hbm.percent:.0f}%" in shown
     assert "gemm_4096" in report.read_text(encoding="utf-8")  # the overlay reached the roofline
 

@@ -8,8 +8,10 @@ import pynvml
 import pytest
 import torch
 
-from pygpuperf import links, telemetry, transfers
-from pygpuperf.results import Measurement
+from pygpuperf.facts import links
+from pygpuperf.facts import nvml
+from pygpuperf.analyze import transfers
+from pygpuperf.core.results import Measurement
 
 SWITCH_BUS = "FFFFFFFF:FF:FF.0"  # what NVML gives as the far end of a link to an NVSwitch
 
@@ -248,28 +250,28 @@ def test_missing_nvml_functions_degrade_to_none():
 
 
 def test_link_facts_without_nvml_or_nvidia_device(monkeypatch):
-    monkeypatch.setattr(telemetry, "pynvml", None)
+    monkeypatch.setattr(nvml, "pynvml", None)
     f = links.link_facts([torch.device("cpu")])
     assert f["source"] == "unknown" and "not installed" in f["reason"] and f["gpus"] == {} and f["pairs"] == {}
-    monkeypatch.setattr(telemetry, "pynvml", FakeNvml([]))
+    monkeypatch.setattr(nvml, "pynvml", FakeNvml([]))
     assert links.link_facts([torch.device("cpu")])["source"] == "unknown"  # nvml_handle: CPUs have no handle
     assert links.link_facts([])["source"] == "unknown"
 
 
 def test_link_facts_keys_gpus_by_torch_index(monkeypatch):
     nvml = h200_node()
-    monkeypatch.setattr(telemetry, "pynvml", nvml)
+    monkeypatch.setattr(nvml, "pynvml", nvml)
     handles = {3: nvml.gpus[0], 5: nvml.gpus[1]}
-    monkeypatch.setattr(telemetry, "nvml_handle", lambda d: handles.get(d.index))
+    monkeypatch.setattr(nvml, "nvml_handle", lambda d: handles.get(d.index))
     f = links.link_facts([torch.device("cuda", 3), torch.device("cuda", 5), torch.device("cuda", 7)])
     assert f["source"] == "nvml" and set(f["gpus"]) == {"3", "5"} and set(f["pairs"]) == {"3.5", "5.3"}
 
 
 def test_sampler_records_the_pcie_link(monkeypatch):
     gpu = Gpu("00000000:01:00.0", gen=4, width=8)
-    monkeypatch.setattr(telemetry, "pynvml", FakeNvml([gpu]))
-    monkeypatch.setattr(telemetry, "nvml_handle", lambda d: gpu)
-    sampler = telemetry.ClockSampler(torch.device("cpu"))
+    monkeypatch.setattr(nvml, "pynvml", FakeNvml([gpu]))
+    monkeypatch.setattr(nvml, "nvml_handle", lambda d: gpu)
+    sampler = nvml.ClockSampler(torch.device("cpu"))
     sampler._sample()
     gpu.gen, gpu.width = 5, 16
     t = sampler.stop()

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from pygpuperf import native
+from pygpuperf.measure import native
 
 CPU = torch.device("cpu")
 
@@ -77,3 +77,30 @@ def test_native_calls_release_the_gil():
         thread.join()
     assert elapsed > 0.05
     assert during >= 0.3 * elapsed / 0.001 * 0.5, f"only {during} ticks in {elapsed:.2f} s"
+
+
+def test_the_extension_records_the_torch_it_was_built_against():
+    from pygpuperf.measure import native
+
+    if not native.available():
+        pytest.skip(f"extension not built: {native.IMPORT_ERROR}")
+    assert native.build_torch_version() == torch.__version__ == native.build_info()["torch"]
+
+
+def test_an_extension_built_for_another_torch_is_not_loaded(monkeypatch):
+    from pygpuperf.measure import native
+
+    monkeypatch.setattr(native, "build_torch_version", lambda: "1.13.0+cu117")
+    with pytest.warns(UserWarning, match="rebuild"):
+        reason = native._load()
+    assert reason is not None and "\n" not in reason
+    assert "built against torch 1.13.0+cu117" in reason and torch.__version__ in reason
+    assert native.REBUILD in reason
+
+
+def test_device_identity_tells_identical_cards_apart():
+    from pygpuperf.facts import host
+
+    assert host.device_identity({"uuid": "GPU-3F2A1B9C-77aa-1234-5678-9abcdef01234"}) == "3f2a1b9c"
+    assert host.device_identity({"pci_bus_id": "0000:1a:00.0"}) == "00001a000"
+    assert host.device_identity({"type": "cpu"}) == ""

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from pygpuperf.backends.base import RunSettings
-from pygpuperf.backends.portable import LibraryMatmulProbe, PortableBackend, run_probe
+from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.backends.portable import LibraryMatmulProbe, PortableBackend, run_probe
 
 CPU = torch.device("cpu")
 BUFFER_BYTES = 8 << 20  # small buffers keep the suite fast on two cores

@@ -9,11 +9,11 @@ import pytest
 
 from pygpuperf.explain import attribution
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC
-from pygpuperf import datasheets
-from pygpuperf.explain.explainer import ExplainedStep, Explanation, Throughput
+from pygpuperf.analyze import machine_model
+from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import MEMORY_BOUND, TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.predict import dram_efficiency, predict, runs_as
-from pygpuperf.results import Ceiling, MachineModel, Stats
+from pygpuperf.core.results import Ceiling, MachineModel, Stats
 
 
 def _model(hbm: float = 1000.0, fp16_acc32: float = 100.0, bf16: bool = True, name: str = "m") -> MachineModel:
@@ -145,7 +145,7 @@ def test_a_kernel_that_fits_only_the_source_l2_is_priced_at_the_source_dram_effi
 def test_validation_takes_ratios_inside_each_group():
     from pygpuperf.predict import Card, validate
 
-    source = Card("h200", datasheets.machine_model("h200-sxm"))
+    source = Card("h200", machine_model.machine_model("h200-sxm"))
     published = {"reference": "a100-sxm4-80gb", "figures": [
         {"card": "a100-sxm4-80gb", "samples_per_s": 2000, "group": "g1"},
         {"card": "v100-sxm2", "samples_per_s": 1000, "group": "g1"},
@@ -185,7 +185,7 @@ def test_cli_bad_target_is_one_line_with_exit_2(tmp_path):
 def test_cli_json_ranks_targets(tmp_path, capsys):
     import json
 
-    from pygpuperf.predict import run
+    from pygpuperf.cli.predict import run
 
     profile = tmp_path / "explain.json"
     profile.write_text(json.dumps(_profile().to_dict()), encoding="utf-8")
@@ -200,7 +200,7 @@ def test_cli_json_ranks_targets(tmp_path, capsys):
 def test_cli_out_writes_json_chart_and_page(tmp_path):
     import json
 
-    from pygpuperf.predict import run
+    from pygpuperf.cli.predict import run
 
     profile = tmp_path / "explain.json"
     profile.write_text(json.dumps(_with_throughput(_profile(), batch=128).to_dict()), encoding="utf-8")

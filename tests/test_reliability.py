@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pygpuperf import cli, io, roofline
-from pygpuperf.device import UsageError
-from pygpuperf.results import Finding, Measurement, Results
+from pygpuperf.cli import common as cli
+from pygpuperf.core import documents
+from pygpuperf.cli import roofline
+from pygpuperf.core.errors import UsageError
+from pygpuperf.core.results import Finding, Measurement, Results
 
 # Enough probe runs on a CPU that a run is still measuring when the test stops it.
 SLOW_PROBES = ("--device", "cpu", "--model", "none", "--backend", "all", "--samples", "50")
@@ -57,7 +59,7 @@ def test_a_stop_signal_during_the_probes_keeps_what_was_measured(tmp_path, signu
     proc.send_signal(signum)
     _, stderr = _finish(proc)
     assert proc.returncode == code, stderr[-2000:]
-    results = io.load_results(out / "results.json")  # the final, validated document
+    results = documents.load_results(out / "results.json")  # the final, validated document
     assert results.meta["interrupted"] is True and len(results.measurements) >= 2
     assert results.machine_model is not None  # what was measured is concluded, not just dumped
     assert (out / "results.csv").exists() and (out / "report.html").exists()
@@ -68,7 +70,7 @@ def test_timeout_keeps_what_was_measured(tmp_path):
     proc = subprocess.run(["timeout", "12", sys.executable, "-m", "pygpuperf.roofline", *SLOW_PROBES, "--out",
                            str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 124, proc.stderr[-2000:]  # timeout's own code for a command it had to stop
-    results = io.load_results(out / "results.json")
+    results = documents.load_results(out / "results.json")
     assert results.meta["interrupted"] is True and results.measurements
 
 
@@ -84,7 +86,7 @@ def test_a_stop_during_the_model_keeps_the_probes(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
     assert proc.returncode == 143, "".join(lines)[-2000:]
-    results = io.load_results(out / "results.json")
+    results = documents.load_results(out / "results.json")
     assert results.meta["interrupted"] is True
     assert {m.name for m in results.measurements if m.usable} == {"memory.dram.copy"}
 
@@ -97,7 +99,7 @@ def test_an_error_after_the_probes_keeps_them_and_says_how_to_fix_it(tmp_path):
                            "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
-    results = io.load_results(out / "results.json")
+    results = documents.load_results(out / "results.json")
     assert any(m.name == "memory.dram.copy" and m.usable for m in results.measurements)
     failure = next(f for f in results.findings if f.severity == "error")
     assert "gpt-tiny-train" in failure.title and "--batch-size" in failure.suggestion
@@ -109,13 +111,13 @@ def test_resume_keeps_verified_figures_and_runs_only_the_rest(tmp_path):
                             "none", "--probes", "memory.dram.copy", "--out", str(out)],
                            capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
-    before = {(m.name, m.backend): m.sample_seconds for m in io.load_results(out / "results.json").measurements}
+    before = {(m.name, m.backend): m.sample_seconds for m in documents.load_results(out / "results.json").measurements}
     second = subprocess.run([sys.executable, "-m", "pygpuperf.roofline", "--device", "cpu", "--quick", "--model",
                              "none", "--probes", "memory.dram.copy", "memory.dram.write", "--resume", str(out)],
                             capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
     assert f"resuming: {len(before)} verified measurement(s) kept" in second.stderr
-    after = io.load_results(out / "results.json")
+    after = documents.load_results(out / "results.json")
     for m in after.measurements:
         if m.name == "memory.dram.copy":
             assert m.sample_seconds == before[(m.name, m.backend)]  # kept, not measured again
@@ -163,7 +165,7 @@ def test_two_runs_into_one_folder_at_once_leave_one_complete_result(tmp_path):
     outcomes = [(p, *_finish(p, timeout=300)) for p in procs]
     codes = sorted(p.returncode for p, _, _ in outcomes)
     assert codes == [0, 2], [e[-500:] for _, _, e in outcomes]  # one writes, the other is told why not
-    assert io.load_results(out / "results.json").measurements
+    assert documents.load_results(out / "results.json").measurements
 
 
 def test_an_out_folder_with_results_needs_resume_or_overwrite(tmp_path):
@@ -215,7 +217,7 @@ def test_collective_ranks_end_with_an_interrupted_run_and_their_figures_are_kept
     _, stderr = _finish(proc, timeout=60)
     assert proc.returncode == 130, stderr[-2000:]
     _wait_for(lambda: not any(_alive(p) for p in ranks), timeout=15, what="the ranks to end")
-    results = io.load_results(out / "collectives.json")
+    results = documents.load_results(out / "collectives.json")
     assert results.meta["interrupted"] is True
     assert results.measurements and all(m.verified for m in results.measurements if m.status == "ok")
 
@@ -250,7 +252,7 @@ def _m(verified: bool) -> Measurement:
 
 
 def test_exit_codes_tell_a_good_run_from_a_bad_one():
-    from pygpuperf.stopping import Stopped
+    from pygpuperf.core.stopping import Stopped
 
     assert roofline.exit_code(_results([_m(True)]), None) == 0
     assert roofline.exit_code(_results([_m(True), _m(False)]), None) == 1  # a verification failed

@@ -10,11 +10,12 @@ import matplotlib.image
 import pytest
 from matplotlib.text import Text
 
-from pygpuperf import peaks
+from pygpuperf.facts import datasheets
 from pygpuperf.report.chart import (ChartPoint, chart_style, probe_points, roofline_chart, roofline_charts,
                                     roofline_figure, roofline_svg)
 from pygpuperf.report.datasheet_chart import datasheet_bars, datasheet_chart, datasheet_svg
-from pygpuperf.results import MachineModel, Measurement, Results, Stats, WorkloadResult
+from pygpuperf.core.results import MachineModel, Measurement, Results, Stats, WorkloadResult
+from pygpuperf.analyze.machine_model import build_machine_model
 
 SVG_TEXT = "{http://www.w3.org/2000/svg}text"
 
@@ -55,7 +56,7 @@ def h200_results(name: str = "NVIDIA H200", workload: str = "resnet50-train-amp"
     ms += _sweep("fp32", (0.25, 1, 4, 16, 64, 256), 66.0) + _sweep("fp16x2", (0.25, 1, 4, 16, 64, 256), 124.0)
     ms += _sweep("fp32", (2048,), 500.0, verified=False)  # wrong output: not drawn
     r = Results(meta={"device": {"name": name}}, measurements=ms)
-    r.machine_model = MachineModel.from_measurements("cuda:0", ms)
+    r.machine_model = build_machine_model("cuda:0", ms)
     r.workloads = [WorkloadResult(workload, "cuda:0", {}, Stats.of([0.044]), 5768.0, 6.2e12, 1.0e11, 140.2, 62.0,
                                   compute_ceiling="library.bf16", memory_ceiling="hbm", attainable_tflops=279.0,
                                   fraction_of_attainable=0.5)]
@@ -135,7 +136,7 @@ def test_margin_labels_do_not_overlap_however_close_the_roofs():
     # Twelve roofs 3 % apart in three families: too far apart to share labels, too close to sit at their lines.
     for k, family in zip(range(12), itertools.cycle(("tensor", "cuda", "library"))):
         name = f"compute.{family}.x{k}"
-        r.machine_model.compute[name.split(".", 1)[1]] = MachineModel.from_measurements(
+        r.machine_model.compute[name.split(".", 1)[1]] = build_machine_model(
             "cuda:0", [_m(name, 300.0 * 1.03**k)]).compute[name.split(".", 1)[1]]
     with chart_style("roofline"):
         fig = roofline_figure(r)
@@ -165,9 +166,9 @@ def test_roofline_needs_a_roof(tmp_path: Path):
     assert not list(tmp_path.iterdir())
     # One roof of either kind is enough to draw against.
     only_compute = [_m("compute.library.fp32", 1.5, backend="torch-cpu")]
-    r.machine_model = MachineModel.from_measurements("cpu", only_compute)
+    r.machine_model = build_machine_model("cpu", only_compute)
     assert roofline_chart(r, tmp_path / "c.png") == tmp_path / "c.png"
-    r.machine_model = MachineModel.from_measurements("cpu", [_m("memory.dram.read", 80.0, backend="native-cpu")])
+    r.machine_model = build_machine_model("cpu", [_m("memory.dram.read", 80.0, backend="native-cpu")])
     assert roofline_chart(r, tmp_path / "m.svg") == tmp_path / "m.svg"
     assert "dram 80 GB/s" in _svg_texts((tmp_path / "m.svg").read_text(encoding="utf-8"))
 
@@ -177,19 +178,19 @@ def test_roofline_needs_a_roof(tmp_path: Path):
 
 def test_datasheet_bars_compare_every_ceiling_the_datasheet_lists():
     r = h200_results()
-    card = peaks.datasheet_for("NVIDIA H200")
+    card = datasheets.datasheet_for("NVIDIA H200")
     bars = datasheet_bars(r)
     keys = {(b.family, b.key) for b in bars}
     assert {("memory", "hbm"), ("compute", "tensor.fp16.acc32"), ("compute", "library.bf16"),
             ("transfer", "h2d.pinned")} <= keys
     assert not any(b.key == "l2" and b.family == "latency" for b in bars)  # latency is never compared
     expected = {(family, key) for table, family in (("compute", "compute"), ("memory", "memory"), ("links", "transfer"))
-                for key, c in getattr(r.machine_model, table).items() if peaks.datasheet_value(card, c.source)}
+                for key, c in getattr(r.machine_model, table).items() if datasheets.datasheet_value(card, c.source)}
     assert keys == expected
     assert [b.family for b in bars] == sorted((b.family for b in bars), key=["compute", "memory", "transfer"].index)
     hbm = next(b for b in bars if b.key == "hbm")
     assert hbm.source == "memory.hbm.write" and hbm.measured == pytest.approx(4650.0)
-    assert hbm.datasheet == peaks.datasheet_value(card, "memory.hbm.write")
+    assert hbm.datasheet == datasheets.datasheet_value(card, "memory.hbm.write")
     assert hbm.percent == pytest.approx(100 * 4650.0 / hbm.datasheet)
 
 
@@ -213,5 +214,5 @@ def test_datasheet_chart_is_none_without_a_known_card(tmp_path: Path):
     no_model.machine_model = None
     assert datasheet_svg(no_model) is None
     only_latency = Results(meta={"device": {"name": "NVIDIA H200"}}, measurements=[_m("latency.l2", 142.0)])
-    only_latency.machine_model = MachineModel.from_measurements("cuda:0", only_latency.measurements)
+    only_latency.machine_model = build_machine_model("cuda:0", only_latency.measurements)
     assert datasheet_chart(only_latency, tmp_path / "d.svg") is None

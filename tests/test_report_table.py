@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from pygpuperf import io
+from pygpuperf.core import documents
 from pygpuperf.report.table import NARROW_WIDTH, format_number, measurement_table, summary_rows
 
 H200 = Path(__file__).parents[1] / "benchmarks" / "results" / "nvidia-h200_2026-11-30_explain-run_results.json"
@@ -15,7 +15,7 @@ H200 = Path(__file__).parents[1] / "benchmarks" / "results" / "nvidia-h200_2026-
 
 @pytest.fixture(scope="module")
 def h200():
-    return io.load_results(H200)
+    return documents.load_results(H200)
 
 
 @pytest.mark.parametrize("width", [80, 100, NARROW_WIDTH, 150])

@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from pygpuperf import io
-from pygpuperf.results import Finding, MachineModel, Measurement, Results, Stats, WorkloadResult, throughput
+from pygpuperf.core import documents
+from pygpuperf.core.results import Finding, Measurement, Results, Stats, WorkloadResult, throughput
+from pygpuperf.analyze.machine_model import build_machine_model
 
 
 def _measurement(name="memory.dram.copy", seconds=(0.010, 0.011, 0.012), backend="native-cpu", verified=True):
@@ -23,7 +24,7 @@ def _results():
     r = Results(meta={"versions": {"pygpuperf": "0", "torch": "2", "python": "3"}, "device": {"type": "cpu"},
                       "host": {}, "time_utc": "2026-01-01T00:00:00+00:00", "counting": "1 GB = 1e9 B"},
                 measurements=ms)
-    r.machine_model = MachineModel.from_measurements("cpu", ms)
+    r.machine_model = build_machine_model("cpu", ms)
     r.findings = [Finding("info", "A sentence.", {"x": 1}, "Do this.")]
     r.workloads = [WorkloadResult("toy", "cpu", {"precision": "fp32"}, Stats.of([0.1, 0.2]), 10.0, 1e9, 1e8, 0.01,
                                   10.0, notes=["estimate"])]
@@ -46,20 +47,20 @@ def test_stats_of_samples():
 
 def test_machine_model_takes_best_usable_and_ignores_unverified():
     fast_but_wrong = _measurement(seconds=[0.001], verified=False)
-    model = MachineModel.from_measurements("cpu", [_measurement(), fast_but_wrong])
+    model = build_machine_model("cpu", [_measurement(), fast_but_wrong])
     assert model.memory["dram"].value == pytest.approx(_measurement().value)
     assert model.memory["dram"].backend == "native-cpu"
 
 
 def test_json_round_trip_validates_and_preserves(tmp_path):
     r = _results()
-    paths = io.write_results(r, tmp_path)
-    loaded = io.load_results(paths["json"])
+    paths = documents.write_results(r, tmp_path)
+    loaded = documents.load_results(paths["json"])
     assert [m.name for m in loaded.measurements] == [m.name for m in r.measurements]
     assert math.isnan(loaded.measurements[3].value) and loaded.measurements[3].status == "waived"
     assert loaded.machine_model.memory["dram"].value == pytest.approx(r.machine_model.memory["dram"].value)
     assert loaded.workloads[0].step_time.median == pytest.approx(0.15)
-    frame = loaded.to_frame()
+    frame = documents.to_frame(loaded)
     assert list(frame["name"]) == [m.name for m in r.measurements]
     csv_text = paths["csv"].read_text()
     assert csv_text.splitlines()[0].startswith("name,backend,device,status,value,unit")
@@ -77,8 +78,8 @@ def test_json_round_trip_validates_and_preserves(tmp_path):
 def test_malformed_or_hostile_files_give_clear_errors(tmp_path, text, fragment):
     path = tmp_path / "bad.json"
     path.write_text(text)
-    with pytest.raises(io.ResultsFileError, match=fragment) as info:
-        io.load_results(path)
+    with pytest.raises(documents.ResultsFileError, match=fragment) as info:
+        documents.load_results(path)
     assert str(path) in str(info.value)
 
 
@@ -87,13 +88,13 @@ def test_wrong_types_inside_a_measurement_are_rejected(tmp_path):
     doc["measurements"][0]["bytes_read"] = "lots"
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(io.ResultsFileError, match="measurements/0/bytes_read"):
-        io.load_results(path)
+    with pytest.raises(documents.ResultsFileError, match="measurements/0/bytes_read"):
+        documents.load_results(path)
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
-    with pytest.raises(io.ResultsFileError, match="cannot read"):
-        io.load_results(tmp_path / "nope.json")
+    with pytest.raises(documents.ResultsFileError, match="cannot read"):
+        documents.load_results(tmp_path / "nope.json")
 
 
 def test_ridge_points_are_part_of_the_model_and_survive_json(tmp_path):
@@ -101,12 +102,12 @@ def test_ridge_points_are_part_of_the_model_and_survive_json(tmp_path):
     # 2 TFLOP/s of fp32 library math (1e12 FLOP in 0.5 s) against the best dram stream.
     dram = r.machine_model.memory["dram"].value
     assert r.machine_model.ridge_points == {"library.fp32/dram": pytest.approx(2e12 / (dram * 1e9))}
-    path = io.write_results(r, tmp_path)["json"]
-    assert io.load_results(path).machine_model.ridge_points == pytest.approx(r.machine_model.ridge_points)
+    path = documents.write_results(r, tmp_path)["json"]
+    assert documents.load_results(path).machine_model.ridge_points == pytest.approx(r.machine_model.ridge_points)
 
 
 def test_a_noisy_measurement_sets_a_ceiling_only_where_nothing_quieter_did():
-    from pygpuperf.results import NOISY_CV, MachineModel, Measurement
+    from pygpuperf.core.results import NOISY_CV, Measurement
 
     def m(name, seconds, verified=True):
         return Measurement.from_samples(name, sample_seconds=seconds, bytes_read=1e9, bytes_written=0.0, flops=0.0,
@@ -115,8 +116,8 @@ def test_a_noisy_measurement_sets_a_ceiling_only_where_nothing_quieter_did():
     quiet = m("memory.dram.read", [0.020, 0.0201, 0.0199])  # 50 GB/s, CV well under 1 %
     noisy = m("memory.dram.copy", [0.004, 0.020, 0.012])  # 83 GB/s median, CV over 30 %
     assert noisy.noisy and not quiet.noisy and noisy.stats.cv > NOISY_CV
-    model = MachineModel.from_measurements("cpu", [noisy, quiet])
+    model = build_machine_model("cpu", [noisy, quiet])
     assert model.memory["dram"].source == "memory.dram.read"  # the higher figure is noise, not a roof
     assert model.memory["dram"].cv == pytest.approx(quiet.stats.cv)
-    alone = MachineModel.from_measurements("cpu", [noisy])
+    alone = build_machine_model("cpu", [noisy])
     assert alone.memory["dram"].source == "memory.dram.copy"  # nothing better was measured

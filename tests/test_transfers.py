@@ -6,8 +6,11 @@ import copy
 import numpy as np
 import pytest
 
-from pygpuperf import io, links, transfers
-from pygpuperf.results import MachineModel, Measurement, Results, Telemetry
+from pygpuperf.core import documents
+from pygpuperf.facts import links
+from pygpuperf.analyze import transfers
+from pygpuperf.core.results import Measurement, Results, Telemetry
+from pygpuperf.analyze.machine_model import build_machine_model
 
 
 def transfer(name, gbps, size=64 << 20, *, latency_s=0.0, copies=4, backend="native-cuda", device="cuda:0",
@@ -101,13 +104,13 @@ def test_fit_takes_the_fastest_variant_per_size_and_skips_unverified():
 def test_machine_model_carries_link_fits_through_json(tmp_path):
     sizes = [1 << 16, 1 << 20, 1 << 24, 1 << 28]
     ms = sweep("transfer.h2d.pinned", 55.0, 5e-6, sizes, pcie=(5, 16))
-    model = MachineModel.from_measurements("cuda:0", iter(ms))  # a generator is read once per table
+    model = build_machine_model("cuda:0", iter(ms))  # a generator is read once per table
     assert model.links["h2d.pinned"].value == pytest.approx(ms[-1].value)
     assert model.link_fits["h2d.pinned"].bandwidth_gbs == pytest.approx(55.0, rel=1e-6)
     r = Results(meta={"versions": {"pygpuperf": "0", "torch": "2", "python": "3"}, "device": {"type": "cuda"},
                       "host": {}, "time_utc": "2026-01-01T00:00:00+00:00", "counting": "1 GB = 1e9 B"},
                 measurements=ms, machine_model=model)
-    loaded = io.load_results(io.write_results(r, tmp_path)["json"])
+    loaded = documents.load_results(documents.write_results(r, tmp_path)["json"])
     assert loaded.machine_model.link_fits == model.link_fits
     assert loaded.measurements[0].telemetry.pcie_generation == [5, 5, 5]
 
@@ -116,17 +119,17 @@ def test_documents_without_link_fits_or_pcie_samples_still_load():
     ms = sweep("transfer.h2d.pinned", 55.0, 5e-6, [1 << 16, 1 << 20, 1 << 24], pcie=(5, 16))
     r = Results(meta={"versions": {"pygpuperf": "0", "torch": "2", "python": "3"}, "device": {"type": "cuda"},
                       "host": {}, "time_utc": "2026-01-01T00:00:00+00:00", "counting": "1 GB = 1e9 B"},
-                measurements=ms, machine_model=MachineModel.from_measurements("cuda:0", ms))
+                measurements=ms, machine_model=build_machine_model("cuda:0", ms))
     doc = copy.deepcopy(r.to_dict())
     del doc["machine_model"]["link_fits"]
     for m in doc["measurements"]:
         del m["telemetry"]["pcie_generation"], m["telemetry"]["pcie_width"]
-    io.validate_document(doc)
+    documents.validate_document(doc)
     loaded = Results.from_dict(doc)
     assert loaded.machine_model.link_fits == {} and loaded.measurements[0].telemetry.pcie_width == []
     doc["machine_model"]["link_fits"] = {"h2d.pinned": {"name": "transfer.h2d.pinned", "backend": "x"}}
-    with pytest.raises(io.ResultsFileError, match="link_fits"):
-        io.validate_document(doc)
+    with pytest.raises(documents.ResultsFileError, match="link_fits"):
+        documents.validate_document(doc)
 
 
 # --------------------------------------------------------------------------- findings

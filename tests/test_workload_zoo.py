@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pygpuperf.device import UsageError
+from pygpuperf.core.errors import UsageError
 from pygpuperf.workloads import (
     WORKLOADS,
     GPTConfig,

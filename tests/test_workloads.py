@@ -127,7 +127,7 @@ def test_built_workload_closes_once_last_added_first() -> None:
 
 
 def test_knob_specs_parse_command_line_strings() -> None:
-    from pygpuperf.device import UsageError
+    from pygpuperf.core.errors import UsageError
     from pygpuperf.workloads.knobs import AMP, COMPILE, CUDA_GRAPHS, KnobError, KnobSpec
 
     assert CUDA_GRAPHS.parse("on") is True and CUDA_GRAPHS.parse("OFF") is False and CUDA_GRAPHS.parse(True)

@@ -11,7 +11,8 @@ The package is callable: ``pygpuperf.explain(step_fn, machine_model, "cuda")`` i
 import sys
 import types
 
-from pygpuperf.explain.explainer import Explanation, Throughput, explain, explain_built, explain_captured  # noqa: E402
+from pygpuperf.explain.explainer import explain, explain_built, explain_captured  # noqa: E402
+from pygpuperf.explain.model import Explanation, Throughput
 
 
 class _CallableModule(types.ModuleType):

@@ -1,7 +1,7 @@
 """Each kernel held against the measured roofline, and a step's time from that ideal to the clock.
 
 A kernel's bound is the roofline's lower limit on its time: max(FLOPs / compute ceiling,
-bytes / memory ceiling) at the ceilings of the :class:`~pygpuperf.results.MachineModel`
+bytes / memory ceiling) at the ceilings of the :class:`~pygpuperf.core.results.MachineModel`
 that match its class and precision (:func:`kernel_bound`). The waterfall
 (:func:`waterfall`) starts from the sum of the bounds and adds, category by category,
 what the step spent above them, down to the measured wall time.
@@ -21,7 +21,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
                                      TENSOR_GEMM, KernelRecord, Timeline, Waterfall)
-from pygpuperf.results import Ceiling, MachineModel
+from pygpuperf.core.results import Ceiling, MachineModel
 
 from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_COMMUNICATION, PART_FALLBACK,
                                      PART_LAYOUT, PART_MEMCPY, PART_MEMORY, PART_OTHER, PART_TENSOR, UNEXPLAINED)

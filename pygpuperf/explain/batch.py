@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from pygpuperf.backends.portable import synchronize
+from pygpuperf.core.timing import synchronize
 from pygpuperf.workloads.base import time_steps
 
 # The GPU counts as saturated where the fixed cost is at most this share of the step

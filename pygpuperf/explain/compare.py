@@ -24,10 +24,10 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.explain import attribution, words
 from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, category_times,
                                            matched_deltas)
-from pygpuperf.explain.explainer import ExplainedStep, Explanation, Throughput
+from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, OTHER,
                                      Idle, KernelRecord, Timeline, Waterfall)
-from pygpuperf.results import Finding
+from pygpuperf.core.results import Finding
 
 # The comparison is trusted when named categories carry at least this share of the delta.
 NAMED_SHARE_GOAL = 0.80
@@ -81,13 +81,13 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
 
 def load_explanation(path: str | Path) -> Explanation:
     """explain.json, or a folder holding one, as an :class:`Explanation` (validated against
-    data/explain.schema.json; :class:`pygpuperf.io.ResultsFileError` says why not)."""
-    from pygpuperf import io
+    data/explain.schema.json; :class:`pygpuperf.core.documents.ResultsFileError` says why not)."""
+    from pygpuperf.core import documents
 
     path = Path(path)
     if path.is_dir():
         path = path / "explain.json"
-    return explanation_from_json(io.load_document(path, "explain", "explain.json"))
+    return explanation_from_json(documents.load_document(path, "explain", "explain.json"))
 
 
 # --------------------------------------------------------------------------- comparison

@@ -190,12 +190,12 @@ def kernel_element_bytes(kernel_name: str) -> int | None:
 
 
 def collective_cost(collective: str, size_bytes: float, world_size: int) -> OpCost:
-    """A collective's bus bytes, as nccl-tests counts them: S x bus factor (pygpuperf.collectives).
+    """A collective's bus bytes, as nccl-tests counts them: S x bus factor (pygpuperf.measure.collectives).
 
     The machine model's communication ceilings are busbw, so bytes / busbw is the time the
     collective takes at that ceiling whatever the number of ranks.
     """
-    from pygpuperf.collectives import bus_factor
+    from pygpuperf.measure.collectives import bus_factor
 
     factor = bus_factor(collective, world_size)
     return OpCost(0.0, float(size_bytes) * factor,

@@ -8,50 +8,15 @@ off their idle time, so the waterfall adds up to the step a user really gets.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import statistics
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from pygpuperf.explain import attribution, costs, timeline, trace, words
-from pygpuperf.explain.model import KernelRecord, Timeline, Waterfall
-from pygpuperf.results import Finding, MachineModel, Stats
-
-
-@dataclass
-class Throughput:
-    """Steps timed without the profiler (device events after warm-up; wall clock off CUDA)."""
-
-    step_us: Stats  # microseconds per step
-    samples_per_step: int
-    peak_memory_bytes: float | None = None  # allocator peak during the timed steps
-    resident_memory_bytes: float | None = None  # held between steps: weights, optimizer state, data
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples_per_step / (self.step_us.median * 1e-6)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "samples_per_s": self.samples_per_s}
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "Throughput":
-        return Throughput(Stats(**d["step_us"]), int(d["samples_per_step"]), d.get("peak_memory_bytes"),
-                          d.get("resident_memory_bytes"))
-
-
-def fitting_batch(batch: int, peak: float | None, resident: float | None, capacity: float | None) -> int | None:
-    """The largest batch whose memory fits `capacity` when memory = resident + per-sample x batch
-    (activations grow with the batch; weights, optimizer state and data buffers do not): 0 when
-    the resident part alone does not fit; None without the figures to tell."""
-    if not peak or not resident or not capacity or peak <= resident:
-        return None
-    return max(0, int((capacity - resident) // ((peak - resident) / batch)))
+from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
+from pygpuperf.core.results import MachineModel, Stats
 
 
 def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, samples_per_step: int,
@@ -66,42 +31,6 @@ def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, s
     timed = time_steps_with_memory(step_fn, device, default_count if steps is None else steps)
     return Throughput(Stats.of([x * 1e6 for x in timed.seconds]), samples_per_step, timed.peak_memory_bytes,
                       timed.resident_memory_bytes)
-
-
-@dataclass
-class ExplainedStep:
-    index: int
-    kernels: list[KernelRecord]
-    timeline: Timeline
-    waterfall: Waterfall
-    self_check: list[KernelRecord]  # kernels faster than their bound: miscounted work
-
-
-@dataclass
-class Explanation:
-    device: str
-    steps: list[ExplainedStep]
-    median: ExplainedStep  # the step with the median wall time
-    unknown_ops: dict[str, float] = field(default_factory=dict)  # op -> kernel time (us) with no cost formula
-    throughput: Throughput | None = None  # timed without the profiler
-    settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
-    findings: list[Finding] = field(default_factory=list)  # pygpuperf.explain.findings, once computed
-
-    def to_dict(self) -> dict[str, Any]:
-        step = self.median
-        return {
-            "device": self.device,
-            "settings": self.settings,
-            "throughput": self.throughput.to_dict() if self.throughput else None,
-            "findings": [dataclasses.asdict(f) for f in self.findings],
-            "median_step": step.index,
-            "step_wall_us": [s.timeline.wall_us for s in self.steps],
-            "timeline": dataclasses.asdict(step.timeline),
-            "waterfall": dataclasses.asdict(step.waterfall),
-            "self_check": [r.name for r in step.self_check],
-            "unknown_ops_us": self.unknown_ops,
-            "kernels": [dataclasses.asdict(r) for r in step.kernels],
-        }
 
 
 def _cost_records(step: trace.StepTrace) -> dict[str, float]:
@@ -158,15 +87,17 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
 
 def quick_machine_model(device: torch.device | str) -> MachineModel:
     """A machine model from a quick run of the memory and compute probes on `device` (some seconds)."""
-    from pygpuperf import analysis, meta, suite
-    from pygpuperf.backends.base import RunSettings
-    from pygpuperf.results import Results
+    from pygpuperf.analyze import conclude
+    from pygpuperf.measure import meta
+    from pygpuperf.measure import suite
+    from pygpuperf.measure.backends.base import RunSettings
+    from pygpuperf.core.results import Results
 
     device = torch.device(device)
     results = Results(meta=meta.collect(device, ["pygpuperf.explain"]))
     settings = RunSettings(warmup=1, samples=5, quick=True)
     suite.run(suite.plan(device, "all", ["memory", "compute"], quick=True), device, settings, results.measurements)
-    analysis.conclude(results, str(device))
+    conclude.conclude(results, str(device))
     assert results.machine_model is not None
     return results.machine_model
 
@@ -210,43 +141,6 @@ def explanation_summary(explanation: Explanation, path: str) -> dict[str, Any]:
             "parts_us": dict(step.waterfall.parts), "unexplained_us": step.waterfall.unexplained_us,
             "coverage": step.waterfall.coverage, "self_check_kernels": len(step.self_check),
             "kernels": len(step.kernels)}
-
-
-def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
-    """explain.json (median step, waterfall, timeline, kernels) and kernels.csv."""
-    out.mkdir(parents=True, exist_ok=True)
-    json_path = out / "explain.json"
-    json_path.write_text(json.dumps(explanation.to_dict(), indent=1, default=str), encoding="utf-8")
-    csv_path = out / "kernels.csv"
-    columns = [f.name for f in dataclasses.fields(KernelRecord)]
-    with csv_path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for record in explanation.median.kernels:
-            writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v
-                             for k, v in dataclasses.asdict(record).items()})
-    return [json_path, csv_path]
-
-
-def write_explained(explanation: Explanation, settings: dict[str, str], model: MachineModel | Any, out: Path,
-                    echo: Callable[[str], None] = print, echo_findings: bool = True) -> list[Path]:
-    """Find what the step says (pygpuperf.explain.findings) and write everything about it into `out`:
-    explain.json (settings and findings included), kernels.csv, findings.json, waterfall.png/.svg,
-    kernel_roofline.png/.svg and explain.html. `model` is the machine model or the Results holding it;
-    `echo` gets the waterfall (and, with `echo_findings`, the findings) as text."""
-    from pygpuperf.explain import findings
-    from pygpuperf.report.explain_html import write_explain_report
-
-    machine = getattr(model, "machine_model", model)
-    explanation.settings = dict(settings)
-    explanation.findings = findings.explain_findings(explanation, settings, machine)
-    echo("\n".join(summary_lines(explanation) + (findings.finding_lines(explanation.findings) if echo_findings else [])))
-    paths = write_outputs(explanation, out)
-    paths += write_explain_report(explanation, out, model)
-    path = out / "findings.json"
-    path.write_text(json.dumps([dataclasses.asdict(f) for f in explanation.findings], indent=1, default=str),
-                    encoding="utf-8")
-    return [*paths, path]
 
 
 def summary_lines(explanation: Explanation) -> list[str]:

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any, Callable, Mapping, Sequence
 
-from pygpuperf.analysis import HALF_RATE_RATIO
+from pygpuperf.analyze.conclude import HALF_RATE_RATIO
 from pygpuperf.explain import words
 from pygpuperf.explain.attribution import category_times, exclusive_times
-from pygpuperf.explain.explainer import ExplainedStep, Explanation, fitting_batch
+from pygpuperf.explain.model import ExplainedStep, Explanation, fitting_batch
 from pygpuperf.explain.model import VECTOR_MATH, LAYOUT, MEMORY_BOUND, TENSOR_GEMM, KernelRecord, Timeline
 from pygpuperf.explain.words import PART_OTHER
-from pygpuperf.results import Finding, MachineModel
-from pygpuperf.units import ms as _ms, percent as _pct
+from pygpuperf.core.results import Finding, MachineModel
+from pygpuperf.core.units import ms as _ms, percent as _pct
 
 # Layout transforms above this share of the step are worth removing.
 LAYOUT_SHARE = 0.03

@@ -8,8 +8,11 @@ output written once), stated as such wherever they are reported.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from pygpuperf.core.results import Finding, Stats
 
 # Kernel classes, in the order reports list them.
 TENSOR_GEMM = "tensor_gemm"  # GEMM or convolution on the tensor cores
@@ -86,3 +89,70 @@ class Waterfall:
     measured_us: float
     unexplained_us: float  # measured - ideal - sum(parts): what no category names
     coverage: float  # share of measured time inside named categories (ideal + parts)
+
+
+@dataclass
+class Throughput:
+    """Steps timed without the profiler (device events after warm-up; wall clock off CUDA)."""
+
+    step_us: Stats  # microseconds per step
+    samples_per_step: int
+    peak_memory_bytes: float | None = None  # allocator peak during the timed steps
+    resident_memory_bytes: float | None = None  # held between steps: weights, optimizer state, data
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples_per_step / (self.step_us.median * 1e-6)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "samples_per_s": self.samples_per_s}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Throughput":
+        return Throughput(Stats(**d["step_us"]), int(d["samples_per_step"]), d.get("peak_memory_bytes"),
+                          d.get("resident_memory_bytes"))
+
+
+def fitting_batch(batch: int, peak: float | None, resident: float | None, capacity: float | None) -> int | None:
+    """The largest batch whose memory fits `capacity` when memory = resident + per-sample x batch
+    (activations grow with the batch; weights, optimizer state and data buffers do not): 0 when
+    the resident part alone does not fit; None without the figures to tell."""
+    if not peak or not resident or not capacity or peak <= resident:
+        return None
+    return max(0, int((capacity - resident) // ((peak - resident) / batch)))
+
+
+@dataclass
+class ExplainedStep:
+    index: int
+    kernels: list[KernelRecord]
+    timeline: Timeline
+    waterfall: Waterfall
+    self_check: list[KernelRecord]  # kernels faster than their bound: miscounted work
+
+
+@dataclass
+class Explanation:
+    device: str
+    steps: list[ExplainedStep]
+    median: ExplainedStep  # the step with the median wall time
+    unknown_ops: dict[str, float] = field(default_factory=dict)  # op -> kernel time (us) with no cost formula
+    throughput: Throughput | None = None  # timed without the profiler
+    settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
+    findings: list[Finding] = field(default_factory=list)  # pygpuperf.explain.findings, once computed
+
+    def to_dict(self) -> dict[str, Any]:
+        step = self.median
+        return {
+            "device": self.device,
+            "settings": self.settings,
+            "throughput": self.throughput.to_dict() if self.throughput else None,
+            "findings": [dataclasses.asdict(f) for f in self.findings],
+            "median_step": step.index,
+            "step_wall_us": [s.timeline.wall_us for s in self.steps],
+            "timeline": dataclasses.asdict(step.timeline),
+            "waterfall": dataclasses.asdict(step.waterfall),
+            "self_check": [r.name for r in step.self_check],
+            "unknown_ops_us": self.unknown_ops,
+            "kernels": [dataclasses.asdict(r) for r in step.kernels],
+        }

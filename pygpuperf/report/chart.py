@@ -20,8 +20,8 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from pygpuperf.results import Ceiling, MachineModel, Results, is_series_point  # noqa: E402
-from pygpuperf.units import figure as _fmt  # noqa: E402
+from pygpuperf.core.results import Ceiling, MachineModel, Results, is_series_point  # noqa: E402
+from pygpuperf.core.units import figure as _fmt  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from pygpuperf import peaks  # noqa: E402
+from pygpuperf.facts import datasheets# noqa: E402
 from pygpuperf.report.chart import chart_style, compute_color, plain, save_figure, svg_markup  # noqa: E402
-from pygpuperf.results import Results  # noqa: E402
-from pygpuperf.units import figure as _fmt  # noqa: E402
+from pygpuperf.core.results import Results  # noqa: E402
+from pygpuperf.core.units import figure as _fmt  # noqa: E402
 
 # MachineModel table -> the measurement family it holds. Latency is left out: lower is better
 # there, and datasheets do not list it.
@@ -48,13 +48,13 @@ class DatasheetBar:
 def datasheet_bars(results: Results) -> list[DatasheetBar]:
     """Every measured ceiling the card's datasheet has a figure for, family by family, in key order."""
     model = results.machine_model
-    card = peaks.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
+    card = datasheets.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
     if model is None or card is None:
         return []
     bars = []
     for table, family in _FAMILIES:
         for key, ceiling in sorted(getattr(model, table).items()):
-            sheet = peaks.datasheet_value(card, ceiling.source)
+            sheet = datasheets.datasheet_value(card, ceiling.source)
             if sheet and sheet > 0:
                 bars.append(DatasheetBar(family, key, ceiling.source, ceiling.backend, ceiling.value, sheet,
                                          ceiling.unit))
@@ -95,7 +95,7 @@ def datasheet_figure(results: Results) -> Figure | None:
         ax.set_axisbelow(True)
     axes[-1, 0].set_xlim(0, max(112.0, max(b.percent for b in bars) + 12))
     axes[-1, 0].set_xlabel("measured, % of datasheet (pale bar: the datasheet figure)")
-    card = peaks.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
+    card = datasheets.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
     device = results.meta.get("device", {}).get("name", "device")
     fig.suptitle(plain(f"Measured vs datasheet: {device} (datasheet: {card['name'] if card else '?'})"),
                  fontsize=11, y=1 - 0.12 / height, va="top")

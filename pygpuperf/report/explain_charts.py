@@ -28,12 +28,12 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
 from pygpuperf.explain import attribution, words  # noqa: E402
-from pygpuperf.explain.explainer import Explanation  # noqa: E402
+from pygpuperf.explain.model import Explanation  # noqa: E402
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY,  # noqa: E402
                                      MEMORY_BOUND, OTHER, TENSOR_GEMM, KernelRecord)
 from pygpuperf.report.chart import (ChartPoint, chart_style, inline_svg, plain, roofline_figure,  # noqa: E402
                                     save_figure)
-from pygpuperf.results import MachineModel, Results  # noqa: E402
+from pygpuperf.core.results import MachineModel, Results  # noqa: E402
 
 # Kernel class -> colour: the tensor and CUDA-core classes take their roofs' colours, memory-bound
 # kernels the HBM slope's; the rest take colours no roof uses.

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Iterable
 
 from pygpuperf.explain import attribution, words
-from pygpuperf.explain.explainer import Explanation
+from pygpuperf.explain.model import Explanation
 from pygpuperf.report import html as report_html
 from pygpuperf.report.explain_charts import (IDEAL, MEASURED, KernelGroup, explain_charts, explain_roofline_svg,
                                              kernel_groups, short_kernel_name, waterfall_svg)
-from pygpuperf.units import format_number as _fmt
-from pygpuperf.results import MachineModel, Results
+from pygpuperf.core.units import format_number as _fmt
+from pygpuperf.core.results import MachineModel, Results
 
 TOP_GROUPS = 25
 # Kernels this far under their bound are listed by the self-check (attribution.SELF_CHECK_MARGIN).

@@ -14,13 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from pygpuperf import peaks
+from pygpuperf.facts import datasheets
 from pygpuperf.report.chart import ChartPoint, chart_style, inline_svg, roofline_svg
 from pygpuperf.report.datasheet_chart import datasheet_svg
 from pygpuperf.report.sweep_chart import sweep_chart
 from pygpuperf.report.table import summary_rows
-from pygpuperf.units import format_bytes, format_number as _fmt
-from pygpuperf.results import Results
+from pygpuperf.core.units import format_bytes, format_number as _fmt
+from pygpuperf.core.results import Results
 
 _FAMILY_TITLES = {"memory": "Memory", "compute": "Compute", "latency": "Latency", "transfer": "Transfers",
                   "collective": "Collectives"}
@@ -117,7 +117,7 @@ def _header(results: Results) -> str:
     device = meta.get("device", {}) if isinstance(meta.get("device"), dict) else {}
     name = device.get("name") or (results.machine_model.device if results.machine_model else "device")
     version = meta.get("versions", {}).get("pygpuperf", "?") if isinstance(meta.get("versions"), dict) else "?"
-    card = peaks.datasheet_for(str(device.get("name", "")))
+    card = datasheets.datasheet_for(str(device.get("name", "")))
     sub = [f"pygpuperf {version}", f"measured {meta.get('time_utc', '?')}"]
     if meta.get("suite_seconds") is not None:
         sub.append(f"{_fact('', meta['suite_seconds'])} s of probes")

@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
-from pygpuperf.hierarchy import sweep_series  # noqa: E402
-from pygpuperf.units import format_bytes  # noqa: E402
-from pygpuperf.results import Results  # noqa: E402
+from pygpuperf.analyze.hierarchy import sweep_series  # noqa: E402
+from pygpuperf.core.units import format_bytes  # noqa: E402
+from pygpuperf.core.results import Results  # noqa: E402
 
 _MODE_LABELS = {
     "l1": "private window per worker",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from rich import box
 from rich.console import Console
@@ -11,9 +12,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from pygpuperf import peaks, transfers
-from pygpuperf.units import format_bytes, format_number
-from pygpuperf.results import Measurement, Results, best_per_backend, is_series_point
+from pygpuperf.facts import datasheets
+from pygpuperf.analyze import transfers
+from pygpuperf.core.units import figure as _fmt, format_bytes, format_number
+from pygpuperf.core.results import Measurement, Results, best_per_backend, is_series_point
 
 # Workload parameters worth a place in the one-line summary (all of them are in results.json).
 _WORKLOAD_KEYS = ("batch_size", "image_size", "precision", "memory_format")
@@ -57,12 +59,12 @@ class SummaryRow:
 
 def summary_rows(results: Results) -> list[SummaryRow]:
     """The rows of the terminal table and the HTML page, as data: family, name, backend order."""
-    card = peaks.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
+    card = datasheets.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
     listed = [m for m in results.measurements if not is_series_point(m.name)]  # sweep points are a series
     rows = []
     for m, variants in sorted(best_per_backend(listed), key=lambda r: (r[0].name.split(".")[0], r[0].name,
                                                                        r[0].backend)):
-        sheet = peaks.datasheet_value(card, m.name)
+        sheet = datasheets.datasheet_value(card, m.name)
         ran = m.status == "ok"
         notes = [m.reason] if m.reason else []
         if variants > 1:
@@ -146,7 +148,7 @@ def measurement_table(results: Results, width: int | None = None) -> Table:
     the p5-p95 and datasheet columns and the notes of the check column (which variant won, why a
     probe was waived), says native/torch for the backend (the title names the device) and puts a
     datasheet flag beside the check: results.json and report.html have the rest."""
-    card = peaks.datasheet_for(results.meta.get("device", {}).get("name", ""))
+    card = datasheets.datasheet_for(results.meta.get("device", {}).get("name", ""))
     title = results.meta.get("device", {}).get("name", "device")
     if card:
         title += f"  (datasheet: {card['name']})"
@@ -204,8 +206,6 @@ def print_summary(results: Results, console: Console) -> None:
         console.print(pairs_table)
     collective_runs = [m for m in results.measurements if m.name.startswith("collective.")]
     if collective_runs:
-        from pygpuperf.collectives import collectives_table
-
         console.print(collectives_table(collective_runs, title="collectives (nccl-tests definitions)"))
     model = results.machine_model
     if model is not None:
@@ -227,3 +227,24 @@ def print_summary(results: Results, console: Console) -> None:
             if f.suggestion:
                 console.print(f"          [dim]{escape(f.suggestion)}[/dim]")
     console.print(f"\n[dim]{results.meta.get('counting', '')}[/dim]")
+
+
+def collectives_table(measurements: Sequence[Measurement], title: str = "collectives") -> Table:
+    """A rich Table: one row per op and size with time, algbw and busbw (nccl-tests' columns)."""
+    table = Table(title=title, title_justify="left")
+    for column in ("op", "size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "busbw p5-p95", "CV", "check"):
+        table.add_column(column, justify="left" if column in ("op", "check") else "right", no_wrap=column != "check")
+    op = None
+    for m in measurements:
+        this_op = m.name.split(".", 1)[1]
+        if op is not None and this_op != op:
+            table.add_section()
+        op = this_op
+        if m.status != "ok":
+            table.add_row(this_op, "-", "-", "-", "-", "-", "-", f"[dim]{m.status}[/dim] {escape(m.reason[:80])}")
+            continue
+        check = "[green]verified[/green]" if m.verified else "[bold red]WRONG[/bold red]"
+        table.add_row(this_op, format_bytes(float(m.params["size_bytes"])), _fmt(float(m.params["time_us"])),
+                      _fmt(float(m.params["algbw_gbs"])), _fmt(m.value),
+                      f"{_fmt(m.stats.p5)}-{_fmt(m.stats.p95)}", f"{100 * m.stats.cv:.1f}%", check)
+    return table

@@ -9,8 +9,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from pygpuperf.backends.portable import make_timer, synchronize
-from pygpuperf.results import Stats, WorkloadResult
+from pygpuperf.core.timing import make_timer, synchronize
+from pygpuperf.core.results import Stats, WorkloadResult
 from pygpuperf.workloads.accounting import BYTES_NOTE, FLOPS_NOTE, count_step
 from pygpuperf.workloads.knobs import KnobSpec
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from pygpuperf import torch_flags
-from pygpuperf.device import UsageError
+from pygpuperf.core import torch_flags
+from pygpuperf.core.errors import UsageError
 
 _TRUE = ("on", "true", "yes", "1")
 _FALSE = ("off", "false", "no", "0")

@@ -17,7 +17,7 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
-from pygpuperf.backends.portable import synchronize
+from pygpuperf.core.timing import synchronize
 from pygpuperf.workloads.base import BuiltWorkload, Workload
 from pygpuperf.workloads.knobs import (
     BATCH_SIZE,

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from pygpuperf.device import UsageError
+from pygpuperf.core.errors import UsageError
 from pygpuperf.workloads.base import BuiltWorkload, Workload
 from pygpuperf.workloads.knobs import (
     BATCH_SIZE,

@@ -1,0 +1,2 @@
+"""From measurements to conclusions: the machine model, cache levels and link fits, findings,
+and the machine models of datasheet cards."""

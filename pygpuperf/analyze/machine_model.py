@@ -1,0 +1,111 @@
+"""Machine models built from datasheet figures alone, for cards nobody has measured here.
+
+A datasheet model has the shape of a measured one (pygpuperf.core.results.MachineModel, keys as
+analyze.machine_model.build_machine_model makes them) with origin "datasheet": every ceiling's backend is
+"datasheet" and its source names the document, its version and how the figure was read
+(e.g. "with sparsity, halved"). Vendor figures are peaks; measured ceilings reach some 85-95 %.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pygpuperf.facts import datasheets
+from pygpuperf.analyze.transfers import link_fits
+from pygpuperf.core.results import MEMORY_CEILING_OPS, Ceiling, MachineModel, Measurement, is_series_point, unit_for
+
+BACKEND = "datasheet"
+
+# Measurement family -> MachineModel table; memory keys keep only the level ("memory.hbm" -> "hbm").
+_TABLES = {"compute": "compute", "memory": "memory", "transfer": "links"}
+
+
+class UnknownCardError(KeyError):
+    """No datasheet entry has this key; the message lists the ones there are."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+def card_keys() -> list[str]:
+    """Slugs of every card in the datasheet table, e.g. "h200-sxm", "rtx3090"."""
+    return [card["key"] for card in datasheets.datasheet_document()["cards"]]
+
+
+def card(key: str) -> dict[str, Any]:
+    """The datasheet entry of a card slug. Raises UnknownCardError naming the known slugs."""
+    for entry in datasheets.datasheet_document()["cards"]:
+        if entry["key"] == key:
+            return entry
+    raise UnknownCardError(f"no datasheet entry {key!r}; known cards: {', '.join(card_keys())}")
+
+
+def describe_source(entry: dict[str, Any]) -> str:
+    """One line naming the document behind a value or fact, and how the figure was read."""
+    doc = datasheets.datasheet_source(entry["source"])
+    text = f"{doc['title']}, {doc['version']}"
+    return f"{text}: {entry['note']}" if entry.get("note") else text
+
+
+def machine_model(card_key: str) -> MachineModel:
+    """A MachineModel from the datasheet entry alone: compute, memory and host-link ceilings."""
+    entry = card(card_key)
+    model = MachineModel(device=entry["name"], origin="datasheet")
+    for name, value in entry["values"].items():
+        family, _, rest = name.partition(".")
+        table = getattr(model, _TABLES[family])
+        key = rest.split(".", 1)[0] if family == "memory" else rest
+        table[key] = Ceiling(float(value["value"]), unit_for(name), describe_source(value), BACKEND)
+    model.fill_ridge_points()
+    sizes = entry["facts"]
+    if "l2_cache_mib" in sizes:
+        model.capacity["l2"] = Ceiling(sizes["l2_cache_mib"]["value"] * 2**20, "B",
+                                       describe_source(sizes["l2_cache_mib"]), BACKEND)
+    if "memory_gb" in sizes:  # decimal GB: the smaller reading of a vendor's "80 GB"
+        model.capacity["memory"] = Ceiling(sizes["memory_gb"]["value"] * 1e9, "B",
+                                           describe_source(sizes["memory_gb"]), BACKEND)
+    return model
+
+
+def facts(card_key: str) -> dict[str, Any]:
+    """The card's facts as plain values: memory type and size, clocks, SMs, links, power, segment."""
+    return {name: fact["value"] for name, fact in card(card_key)["facts"].items()}
+
+
+def build_machine_model(device: str, measurements: Iterable[Measurement]) -> MachineModel:
+    """Best usable figure per ceiling: memory levels take the best of their streams
+    (read/write/copy/...); sweep points and bank-conflict cases are evidence, not ceilings.
+    A noisy measurement (CV above NOISY_CV) sets a ceiling only where nothing quieter measured it.
+    Transfers measured at several sizes also get a latency + bandwidth fit (link_fits)."""
+    measurements = list(measurements)  # read twice: ceilings, then the transfer fits
+    model = MachineModel(device=device)
+    quiet: set[tuple[str, str]] = set()  # (table, key) already set by a measurement that is not noisy
+    for m in sorted(measurements, key=lambda m: m.noisy):  # quiet ones first
+        if not m.usable or is_series_point(m.name):
+            continue
+        family, _, rest = m.name.partition(".")
+        lower = False
+        if family == "compute":
+            key, table = rest, model.compute
+        elif family == "memory" and rest.split(".")[-1] in MEMORY_CEILING_OPS:
+            key, table = rest.split(".", 1)[0], model.memory
+        elif family == "transfer":
+            key, table = rest, model.links
+        elif family == "latency":
+            key, table, lower = rest, model.latency, True
+        elif family == "collective":
+            key, table = rest, model.communication
+        else:
+            continue
+        best = table.get(key)
+        if m.noisy and (family, key) in quiet:
+            continue  # a noisy figure never displaces a quiet one, however high
+        better = best is None or (m.value < best.value if lower else m.value > best.value)
+        if better:
+            table[key] = Ceiling(m.value, m.unit, m.name, m.backend, m.stats.cv)
+            if not m.noisy:
+                quiet.add((family, key))
+    model.link_fits = link_fits(measurements)
+    model.fill_ridge_points()
+    return model
+

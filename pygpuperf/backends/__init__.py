@@ -1,1 +1,0 @@
-"""Measurement backends: native (C++/CUDA extension) and portable (torch ops)."""

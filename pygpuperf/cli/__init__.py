@@ -1,0 +1,1 @@
+"""The commands: argument parsing, output folders, exit codes; one module per command."""

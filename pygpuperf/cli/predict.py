@@ -1,0 +1,149 @@
+"""`python -m pygpuperf.predict`: re-price an explained step on other cards (pygpuperf.predict).
+
+Exit codes: 0 done; 2 bad input (one line naming the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from pygpuperf.cli import common as cli
+from pygpuperf.core import validation
+from pygpuperf.core.errors import UsageError
+from pygpuperf.explain.compare import load_explanation
+from pygpuperf.explain.model import Explanation
+from pygpuperf.predict import (Card, Prediction, _unprofiled_step_us, load_card, predict, prediction_documents,
+                               samples_per_eur, validate, validation_table)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = cli.Parser(prog="python -m pygpuperf.predict", description=__doc__.splitlines()[0])
+    p.add_argument("--profile", type=Path, required=True, help="explain.json, or the folder holding it")
+    p.add_argument("--source-model", required=True, help="results.json of the profiled GPU, or datasheet:<card>")
+    p.add_argument("--target", action="append", default=[], help="datasheet:<card> or results.json (repeatable)")
+    p.add_argument("--price", action="append", default=[], metavar="NAME=EUR_PER_HOUR",
+                   help="hourly price of a target, by its card name (repeatable)")
+    p.add_argument("--samples-per-step", type=int, help="samples per step (default: the profile's batch)")
+    p.add_argument("--peak-memory-gb", type=float, help="memory the step needs (default: the profile's peak)")
+    p.add_argument("--source-step-ms", type=float,
+                   help="step time without the profiler, for profiles that do not record it")
+    p.add_argument("--validate", type=Path, help="published figures (JSON) to check predicted ratios against")
+    p.add_argument("--out", type=cli.folder_argument,
+                   help="folder for prediction.json, prediction.png/.svg and prediction.html (and the validation table)")
+    p.add_argument("--overwrite", action="store_true", help="write into an --out folder that holds an earlier prediction")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--allow-cross-device", action="store_true",
+                   help="price a profile against a source model of another device kind (a CPU profile on a GPU model)")
+    return p
+
+
+def _prices(specs: Sequence[str]) -> dict[str, float]:
+    prices = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        try:
+            prices[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or prices.get(name.strip(), 0) <= 0:
+            raise UsageError(f"--price {spec!r}: use NAME=EUR_PER_HOUR with a positive price, e.g. rtx3090=0.4")
+    return prices
+
+
+def _print_table(predictions: Sequence[Prediction], prices: dict[str, float]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"predicted from {escape(predictions[0].source)} "
+                        f"({predictions[0].source_throughput:,.0f} samples/s)")
+    for column in ("target", "batch", "step ms", "samples/s", "x source", *(["samples per EUR"] if prices else []),
+                   "notes"):
+        table.add_column(column, justify="left" if column in ("target", "notes") else "right")
+    for p in predictions:
+        per_eur = samples_per_eur(p, prices)
+        table.add_row(escape(p.target), str(p.samples_per_step), f"{p.step_us / 1e3:.2f}", f"{p.throughput:,.0f}",
+                      f"{p.ratio_to_source:.2f}", *([f"{per_eur:,.0f}" if per_eur else "-"] if prices else []),
+                      escape("; ".join(p.notes[:3])))
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    for p in predictions:
+        console.print(f"[bold]{escape(p.target)}[/bold]: {escape(p.confidence)}", highlight=False)
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.target and not args.validate:
+        raise UsageError("give at least one --target (datasheet:<card> or results.json) or --validate FILE")
+    if not args.profile.exists():
+        raise UsageError(f"--profile {args.profile}: no such file or folder")
+    try:
+        profile = load_explanation(args.profile)
+        validation.check_explanation(profile, str(args.profile))
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
+        raise UsageError(f"--profile {validation.one_line(args.profile, 120)}: not a usable explain.json "
+                         f"({validation.one_line(exc)})") from None
+    if args.samples_per_step is not None and args.samples_per_step < 1:
+        raise UsageError(f"--samples-per-step {args.samples_per_step}: needs at least 1")
+    for name, value in (("--peak-memory-gb", args.peak_memory_gb), ("--source-step-ms", args.source_step_ms)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{name} {value}: give a positive number")
+    source = load_card(args.source_model)
+    if not validation.same_kind(source.model, profile.device) and not args.allow_cross_device:
+        raise UsageError(f"--source-model {validation.one_line(args.source_model, 80)} is a "
+                         f"{validation.device_kind(source.model.device, source.model.origin)} model but the profile "
+                         f"ran on {validation.one_line(profile.device, 40)}: give the results.json of the device that "
+                         "ran the profile, or --allow-cross-device to price it anyway")
+    step_us = args.source_step_ms * 1e3 if args.source_step_ms else _unprofiled_step_us(args.profile)
+    prices = _prices(args.price)
+    folder = cli.claim_output(args.out, "prediction", "prediction.json", overwrite=args.overwrite) if args.out else None
+    try:
+        return _predict_and_write(args, profile, source, step_us, prices, folder.path if folder else None)
+    finally:
+        if folder is not None:
+            folder.release()
+
+
+def _predict_and_write(args: argparse.Namespace, profile: Explanation, source: Card, step_us: float | None,
+                       prices: dict[str, float], out: Path | None) -> int:
+    if args.validate:
+        from pygpuperf.core import documents
+
+        try:
+            published = documents.load_document(args.validate, "prediction_validation", "published-figures file")
+        except documents.ResultsFileError as exc:
+            raise UsageError(f"--validate {exc}") from None
+        text = validation_table(validate(profile, source, published, source_step_us=step_us), source.name)
+        print(text)
+        if out:
+            (out / "prediction-validation.txt").write_text(text + "\n", encoding="utf-8")
+        if not args.target:
+            return 0
+    predictions = []
+    for spec in args.target:
+        target = load_card(spec)
+        peak = args.peak_memory_gb * 1e9 if args.peak_memory_gb else None
+        predictions.append(predict(profile, source.model, target.model, samples_per_step=args.samples_per_step,
+                                   peak_memory_bytes=peak, source_step_us=step_us, source_name=source.name,
+                                   target_name=target.name))
+    predictions.sort(key=lambda p: -p.throughput)
+    if args.json:
+        print(json.dumps(prediction_documents(predictions, prices), indent=1))
+    else:
+        _print_table(predictions, prices)
+    if out:
+        from pygpuperf.report.predict_report import write_prediction_report
+
+        written, _ = write_prediction_report(predictions, prices, out)
+        print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main_of(run, argv)
+

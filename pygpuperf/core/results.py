@@ -1,0 +1,406 @@
+"""The one result model: Measurement -> MachineModel -> Findings, plus workloads.
+
+Every output (terminal table, JSON, CSV, DataFrame, chart) is derived from a
+``Results`` document. Throughput is derived in one place, :func:`throughput`,
+from what a probe declares (bytes read, bytes written, FLOPs) and its sample times.
+Counting convention: 1 GB = 1e9 bytes, 1 TFLOP = 1e12 FLOP, an FMA is 2 FLOPs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+SCHEMA_ID = "pygpuperf/1"
+COUNTING_CONVENTION = (
+    "1 GB = 1e9 B; GB/s = (bytes_read + bytes_written) / time; 1 TFLOP = 1e12 FLOP; FMA = 2 FLOP; "
+    "latency ns = time / dependent loads"
+)
+
+# Unit of each measurement family, keyed by the first component of its name.
+# collective: bus bandwidth as nccl-tests defines it (busbw).
+_UNITS = {"memory": "GB/s", "transfer": "GB/s", "collective": "GB/s", "compute": "TFLOP/s", "latency": "ns"}
+_SCALE = {"GB/s": 1e9, "TFLOP/s": 1e12, "TOP/s": 1e12}
+
+
+def unit_for(name: str) -> str:
+    """The unit a measurement name is reported in (integer math counts TOP/s)."""
+    family = name.split(".", 1)[0]
+    if family not in _UNITS:
+        raise ValueError(f"measurement name {name!r} has no known family ({', '.join(_UNITS)})")
+    unit = _UNITS[family]
+    if unit == "TFLOP/s" and (".int8" in name or ".int32" in name):
+        return "TOP/s"
+    return unit
+
+
+def throughput(
+    name: str, seconds: float, bytes_read: float, bytes_written: float, flops: float, operations: float = 0.0
+) -> float:
+    """The single throughput formula: work of one run over the time of that run, in the name's unit.
+
+    Latency is the one inverse: time of one run over its dependent operations, in ns.
+    """
+    unit = unit_for(name)
+    if unit == "ns":
+        if operations <= 0:
+            raise ValueError(f"{name}: a latency measurement needs its count of dependent operations")
+        return seconds / operations * 1e9
+    work = bytes_read + bytes_written if unit == "GB/s" else flops
+    return work / seconds / _SCALE[unit]
+
+
+@dataclass
+class Stats:
+    """Summary of per-sample values (in the measurement's unit)."""
+
+    median: float
+    p5: float
+    p95: float
+    mean: float
+    cv: float  # standard deviation / mean
+    n: int
+
+    @staticmethod
+    def of(values: Sequence[float]) -> "Stats":
+        if len(values) == 0:
+            raise ValueError("no samples")
+        a = np.asarray(values, dtype=np.float64)
+        mean = float(a.mean())
+        return Stats(
+            median=float(np.median(a)),
+            p5=float(np.percentile(a, 5)),
+            p95=float(np.percentile(a, 95)),
+            mean=mean,
+            cv=float(a.std() / mean) if mean else 0.0,
+            n=int(a.size),
+        )
+
+    def scaled(self, factor: float) -> "Stats":
+        """The same samples in another unit (seconds -> microseconds: 1e6)."""
+        return Stats(self.median * factor, self.p5 * factor, self.p95 * factor, self.mean * factor, self.cv, self.n)
+
+
+@dataclass
+class Telemetry:
+    """Clock, throttle and link samples taken while a probe ran (empty where the device has none)."""
+
+    sm_clock_mhz: list[float] = field(default_factory=list)
+    mem_clock_mhz: list[float] = field(default_factory=list)
+    power_w: list[float] = field(default_factory=list)
+    temperature_c: list[float] = field(default_factory=list)
+    throttle_reasons: list[str] = field(default_factory=list)
+    # Links slow down when idle, so their speed is only worth reading while a transfer runs.
+    pcie_generation: list[float] = field(default_factory=list)
+    pcie_width: list[float] = field(default_factory=list)
+
+    def median_sm_clock_mhz(self) -> float | None:
+        return float(np.median(self.sm_clock_mhz)) if self.sm_clock_mhz else None
+
+
+@dataclass
+class Measurement:
+    name: str
+    value: float  # median throughput, in `unit`
+    unit: str
+    stats: Stats
+    bytes_read: float  # per run
+    bytes_written: float  # per run
+    flops: float  # per run
+    operations: float  # dependent operations per run (latency probes), else 0
+    backend: str  # which implementation measured it: "native-cuda", "native-cpu", "torch-cuda", ...
+    device: str
+    verified: bool
+    verify_detail: str = ""
+    params: dict[str, str] = field(default_factory=dict)
+    sample_seconds: list[float] = field(default_factory=list)
+    telemetry: Telemetry | None = None
+    status: str = "ok"  # "ok", "waived" or "error"
+    reason: str = ""  # why it was waived or failed
+
+    @staticmethod
+    def from_samples(
+        name: str,
+        *,
+        sample_seconds: Sequence[float],
+        bytes_read: float,
+        bytes_written: float,
+        flops: float,
+        backend: str,
+        device: str,
+        verified: bool,
+        operations: float = 0.0,
+        verify_detail: str = "",
+        params: dict[str, str] | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> "Measurement":
+        values = [throughput(name, s, bytes_read, bytes_written, flops, operations) for s in sample_seconds if s > 0]
+        if not values:
+            raise ValueError(f"{name}: no positive sample times")
+        stats = Stats.of(values)
+        return Measurement(
+            name=name,
+            value=stats.median,
+            unit=unit_for(name),
+            stats=stats,
+            bytes_read=float(bytes_read),
+            bytes_written=float(bytes_written),
+            flops=float(flops),
+            operations=float(operations),
+            backend=backend,
+            device=device,
+            verified=bool(verified),
+            verify_detail=verify_detail,
+            params={str(k): str(v) for k, v in (params or {}).items()},
+            sample_seconds=[float(s) for s in sample_seconds],
+            telemetry=telemetry,
+        )
+
+    @staticmethod
+    def not_run(name: str, *, backend: str, device: str, status: str, reason: str) -> "Measurement":
+        """A probe that was waived (hardware can't run it) or failed with an error."""
+        nan = math.nan
+        return Measurement(
+            name=name,
+            value=nan,
+            unit=unit_for(name),
+            stats=Stats(nan, nan, nan, nan, nan, 0),
+            bytes_read=0.0,
+            bytes_written=0.0,
+            flops=0.0,
+            operations=0.0,
+            backend=backend,
+            device=device,
+            verified=False,
+            status=status,
+            reason=reason,
+        )
+
+    @property
+    def usable(self) -> bool:
+        """Counts toward ceilings: it ran and its output checked out."""
+        return self.status == "ok" and self.verified and math.isfinite(self.value)
+
+    @property
+    def noisy(self) -> bool:
+        """Its samples spread more than NOISY_CV: the median is reported, but alone it supports no verdict."""
+        return self.status == "ok" and math.isfinite(self.stats.cv) and self.stats.cv > NOISY_CV
+
+
+# Samples spread more than this (standard deviation / mean) make a measurement noisy: flagged, and a
+# ceiling only where no quieter measurement of the same roof exists.
+NOISY_CV = 0.10
+
+# Stream operations whose best figure is a memory level's bandwidth ceiling.
+MEMORY_CEILING_OPS = ("read", "write", "copy", "scale", "triad")
+
+
+@dataclass
+class Ceiling:
+    """One roof of the machine model, traced back to the measurement that set it."""
+
+    value: float
+    unit: str
+    source: str  # measurement name
+    backend: str
+    cv: float | None = None  # the measurement's sample spread (None: a datasheet figure or a derived size)
+
+
+@dataclass
+class LinkFit:
+    """A transfer size sweep fitted as time per copy = latency + size / bandwidth (pygpuperf.analyze.transfers).
+
+    Sizes count the payload of one copy as the measurement does: both directions for a
+    bidirectional one.
+    """
+
+    name: str  # measurement name, e.g. "transfer.h2d.pinned"
+    backend: str
+    bandwidth_gbs: float  # asymptotic, reached by large copies
+    latency_us: float  # fixed cost of one copy
+    n_half_bytes: float  # size that reaches half the asymptotic bandwidth: latency x bandwidth
+    points: int  # transfer sizes fitted
+    rms_relative_error: float  # of the fitted times per copy: 0.02 = the line passes within ~2 %
+    min_bytes: float
+    max_bytes: float
+
+
+@dataclass
+class MachineModel:
+    """Measured ceilings of one device. Keys are measurement names without the family."""
+
+    device: str
+    compute: dict[str, Ceiling] = field(default_factory=dict)  # "tensor.fp16.acc32" -> TFLOP/s
+    memory: dict[str, Ceiling] = field(default_factory=dict)  # "hbm" / "dram" / "l2" -> GB/s
+    links: dict[str, Ceiling] = field(default_factory=dict)  # "h2d.pinned" -> GB/s
+    latency: dict[str, Ceiling] = field(default_factory=dict)  # "l2" -> ns (lowest measured)
+    communication: dict[str, Ceiling] = field(default_factory=dict)  # "all_reduce" -> busbw GB/s
+    origin: str = "measured"  # later: "datasheet"
+    link_fits: dict[str, LinkFit] = field(default_factory=dict)  # "h2d.pinned" -> latency + bandwidth fit
+    # "tensor.fp16.acc32/hbm" -> FLOP per byte where that compute roof meets main memory's.
+    ridge_points: dict[str, float] = field(default_factory=dict)
+    capacity: dict[str, Ceiling] = field(default_factory=dict)  # "l2", "memory" -> bytes
+
+    def fill_capacity(self, device_meta: dict[str, Any], source: str = "device properties") -> None:
+        """Cache and memory sizes in bytes from a run's meta.device (l2_cache_bytes, l3_cache_bytes, memory_bytes)."""
+        for key, meta_key in (("l2", "l2_cache_bytes"), ("l3", "l3_cache_bytes"), ("memory", "memory_bytes")):
+            value = device_meta.get(meta_key)
+            if value:
+                self.capacity[key] = Ceiling(float(value), "B", source, "")
+
+    def capacity_bytes(self, key: str) -> float | None:
+        c = self.capacity.get(key)
+        return c.value if c is not None and c.value > 0 else None
+
+    def fill_ridge_points(self) -> None:
+        """Each compute roof against main memory (the DRAM/HBM ceiling), where both exist."""
+        dram = self.dram_key()
+        self.ridge_points = {}
+        for key in sorted(self.compute) if dram else []:
+            ridge = self.ridge_point(key, dram)
+            if ridge:
+                self.ridge_points[f"{key}/{dram}"] = ridge
+
+    def ridge_point(self, compute_key: str, memory_key: str) -> float | None:
+        """FLOP per byte where the compute roof meets the memory roof."""
+        c, b = self.compute.get(compute_key), self.memory.get(memory_key)
+        if c is None or b is None or b.value <= 0:
+            return None
+        return (c.value * 1e12) / (b.value * 1e9)
+
+    def dram_key(self) -> str | None:
+        for key in ("hbm", "dram"):
+            if key in self.memory:
+                return key
+        return None
+
+
+@dataclass
+class Finding:
+    severity: str  # "info", "warning" or "error"
+    title: str  # one sentence in plain words
+    evidence: dict[str, Any] = field(default_factory=dict)
+    suggestion: str = ""
+
+
+@dataclass
+class WorkloadResult:
+    """A model run placed on the measured roofline."""
+
+    name: str
+    device: str
+    params: dict[str, str]
+    step_time: Stats  # seconds per step
+    samples_per_second: float
+    flops_per_step: float  # counted with torch.utils.flop_counter (matmul, conv, attention)
+    bytes_per_step: float  # estimate: every op's input and output bytes, no cache reuse
+    achieved_tflops: float
+    intensity: float  # FLOP per byte
+    compute_ceiling: str | None = None  # MachineModel.compute key it is held against
+    memory_ceiling: str | None = None  # MachineModel.memory key
+    attainable_tflops: float | None = None  # min(compute roof, intensity x memory roof)
+    fraction_of_attainable: float | None = None
+    notes: list[str] = field(default_factory=list)
+    peak_memory_bytes: float | None = None  # allocator peak during the timed steps (CUDA only)
+    resident_memory_bytes: float | None = None  # held between steps: weights, optimizer state, data
+    explanation: dict[str, Any] | None = None  # waterfall summary of the explained step (explain.json has it all)
+
+
+def is_series_point(name: str) -> bool:
+    """Sweep points (memory.sweep, latency.sweep, compute.sweep) are series, not ceilings or table rows."""
+    return name.endswith(".sweep")
+
+
+def lower_is_better(name: str) -> bool:
+    return unit_for(name) == "ns"
+
+
+def best_of(measurements: Sequence[Measurement]) -> Measurement | None:
+    """Best usable one of measurements of one name (lowest for latency, else highest)."""
+    usable = [m for m in measurements if m.usable]
+    if not usable:
+        return None
+    return (min if lower_is_better(usable[0].name) else max)(usable, key=lambda m: m.value)
+
+
+def best_per_backend(measurements: Iterable[Measurement]) -> list[tuple[Measurement, int]]:
+    """One row per (name, backend): its best variant (or the failed/waived entry) and how many variants ran."""
+    groups: dict[tuple[str, str], list[Measurement]] = {}
+    for m in measurements:
+        groups.setdefault((m.name, m.backend), []).append(m)
+    return [(best_of(group) or group[0], len(group)) for group in groups.values()]
+
+
+@dataclass
+class Results:
+    meta: dict[str, Any]
+    measurements: list[Measurement] = field(default_factory=list)
+    machine_model: MachineModel | None = None
+    findings: list[Finding] = field(default_factory=list)
+    workloads: list[WorkloadResult] = field(default_factory=list)
+
+    def best(self, name: str) -> Measurement | None:
+        """The best usable measurement of `name`, whichever backend or variant measured it."""
+        usable = [m for m in self.measurements if m.name == name and m.usable]
+        return best_of(usable)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_ID,
+            "meta": self.meta,
+            "measurements": [_clean(dataclasses.asdict(m)) for m in self.measurements],
+            "machine_model": _clean(dataclasses.asdict(self.machine_model)) if self.machine_model else None,
+            "findings": [_clean(dataclasses.asdict(f)) for f in self.findings],
+            "workloads": [_clean(dataclasses.asdict(w)) for w in self.workloads],
+        }
+
+    @staticmethod
+    def from_dict(doc: dict[str, Any]) -> "Results":
+        """Build from an already-validated document (see pygpuperf.core.documents.load_results)."""
+        def measurement(d: dict[str, Any]) -> Measurement:
+            d = dict(d)
+            d["value"] = _num(d["value"])
+            d["stats"] = Stats(**{k: _num(v) if k != "n" else v for k, v in d["stats"].items()})
+            d["telemetry"] = Telemetry(**d["telemetry"]) if d.get("telemetry") else None
+            return Measurement(**d)
+
+        def model(d: dict[str, Any] | None) -> MachineModel | None:
+            if d is None:
+                return None
+            tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency", "communication",
+                                                                          "capacity") if k in d}
+            fits = {n: LinkFit(**f) for n, f in d.get("link_fits", {}).items()}  # absent from older documents
+            return MachineModel(device=d["device"], origin=d["origin"], link_fits=fits,
+                                ridge_points=dict(d.get("ridge_points", {})), **tables)
+
+        def workload(d: dict[str, Any]) -> WorkloadResult:
+            d = dict(d)
+            d["step_time"] = Stats(**d["step_time"])
+            return WorkloadResult(**d)
+
+        return Results(
+            meta=doc["meta"],
+            measurements=[measurement(m) for m in doc["measurements"]],
+            machine_model=model(doc.get("machine_model")),
+            findings=[Finding(**f) for f in doc["findings"]],
+            workloads=[workload(w) for w in doc["workloads"]],
+        )
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN: non-finite floats become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _num(v: float | None) -> float:
+    return math.nan if v is None else float(v)

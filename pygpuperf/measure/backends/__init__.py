@@ -1,0 +1,1 @@
+"""One Backend interface (base), one implementation per target: native, portable (torch)."""

@@ -1,0 +1,56 @@
+"""The backend interface: a named set of probes that can measure on some devices.
+
+Two implementations: ``native`` (the C++/CUDA extension) and ``portable``
+(torch ops on any torch device). Every Measurement names the backend that made it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from pygpuperf.core.results import Measurement
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    warmup: int = 3
+    samples: int = 20
+    size_bytes: int = 0  # 0: the probe sizes itself from the device
+    poison_after_runs: bool = False  # test hook: verification must then fail
+    quick: bool = False  # the --quick suite: fewer variants and sweep points
+
+
+class Backend(ABC):
+    #: e.g. "native-cuda", "native-cpu", "torch-cuda"; set per device by `backend_name`.
+    family: str
+
+    def backend_name(self, device: torch.device) -> str:
+        return f"{self.family}-{device.type}"
+
+    @abstractmethod
+    def probe_names(self, device: torch.device) -> list[str]:
+        """Stable measurement names this backend can attempt on `device`'s type."""
+
+    @abstractmethod
+    def describe(self, name: str, device: torch.device) -> str:
+        """One-line description of a probe."""
+
+    @abstractmethod
+    def waiver(self, name: str, device: torch.device) -> str | None:
+        """Why `name` cannot run on `device`, or None when it can."""
+
+    def variants(self, name: str, device: torch.device, quick: bool = False) -> list[str]:
+        """Implementation variants measured under `name` ([""] for a probe with one)."""
+        return [""]
+
+    @abstractmethod
+    def measure(self, name: str, device: torch.device, settings: RunSettings, variant: str = "") -> Measurement:
+        """Run one probe (one variant): warm-up, timed samples, verification. Raises on failure."""
+
+
+def memory_level(device: torch.device) -> str:
+    """Name of the device's main memory in measurement names: 'dram' on a CPU, 'hbm' on an accelerator."""
+    return "dram" if device.type == "cpu" else "hbm"

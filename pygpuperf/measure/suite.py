@@ -1,0 +1,117 @@
+"""Planning and running the probe suite over the backends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+
+from pygpuperf.facts import nvml
+from pygpuperf.measure.backends.base import Backend, RunSettings
+from pygpuperf.measure.backends.native import NativeBackend
+from pygpuperf.measure.backends.portable import PortableBackend
+from pygpuperf.core.errors import UsageError
+from pygpuperf.core.results import Measurement
+
+BACKEND_CHOICES = ("all", "auto", "native", "torch")
+
+
+@dataclass(frozen=True)
+class PlannedProbe:
+    name: str
+    backend: Backend
+    variant: str = ""
+
+    def label(self, device: torch.device) -> str:
+        variant = f" {self.variant}" if self.variant else ""
+        return f"{self.name}{variant} [{self.backend.backend_name(device)}]"
+
+
+def backends() -> list[Backend]:
+    """Native first: where both have a probe, 'auto' takes the native one."""
+    return [NativeBackend(), PortableBackend()]
+
+
+def _matches(name: str, pattern: str) -> bool:
+    return name == pattern or name.startswith(pattern + ".")
+
+
+def plan(
+    device: torch.device,
+    backend_choice: str = "all",
+    selection: Iterable[str] | None = None,
+    quick: bool = False,
+) -> list[PlannedProbe]:
+    """Which probe runs on which backend, one entry per implementation variant.
+
+    all: every backend that has the name (native figures next to torch's);
+    auto: each name once, from the first backend that has it (native, then torch);
+    native/torch: only that backend.
+    `selection` holds names or dotted prefixes; one that matches nothing is a UsageError.
+    """
+    if backend_choice not in BACKEND_CHOICES:
+        raise UsageError(f"--backend {backend_choice}: choose one of {', '.join(BACKEND_CHOICES)}")
+    planned: list[PlannedProbe] = []
+    seen: set[str] = set()
+    for backend in backends():
+        if backend_choice in ("native", "torch") and backend.family != backend_choice:
+            continue
+        for name in backend.probe_names(device):
+            if backend_choice == "auto" and name in seen:
+                continue
+            seen.add(name)
+            planned.append(PlannedProbe(name, backend))
+    if selection:
+        selection = list(selection)
+        for pattern in selection:
+            if not any(_matches(p.name, pattern) for p in planned):
+                raise UsageError(
+                    f"unknown probe {pattern!r} for {device.type}; run 'python -m pygpuperf.roofline --list' to see names"
+                )
+        planned = [p for p in planned if any(_matches(p.name, s) for s in selection)]
+    return [
+        PlannedProbe(p.name, p.backend, variant)
+        for p in planned
+        for variant in (p.backend.variants(p.name, device, quick) if not p.backend.waiver(p.name, device) else [""])
+    ]
+
+
+def run_one(probe: PlannedProbe, device: torch.device, settings: RunSettings) -> Measurement:
+    """Measure one planned probe. A waiver or an error becomes a Measurement, not an exception."""
+    backend_name = probe.backend.backend_name(device)
+    reason = probe.backend.waiver(probe.name, device)
+    if reason:
+        return Measurement.not_run(probe.name, backend=backend_name, device=str(device), status="waived", reason=reason)
+    try:
+        with nvml.sampling(device) as sampler:
+            measurement = probe.backend.measure(probe.name, device, settings, probe.variant)
+        measurement.telemetry = sampler.telemetry if sampler.active else None
+        if probe.variant:  # every backend's result says which variant it is
+            measurement.params.setdefault("variant", probe.variant)
+        return measurement
+    except (RuntimeError, ValueError) as exc:
+        # torch.OutOfMemoryError is a RuntimeError too: keep going with the other probes.
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        message = " ".join(str(exc).split())[:500]
+        return Measurement.not_run(probe.name, backend=backend_name, device=str(device), status="error", reason=message)
+
+
+def run(
+    probes: list[PlannedProbe],
+    device: torch.device,
+    settings: RunSettings,
+    into: list[Measurement],
+    on_start: Callable[[PlannedProbe], None] | None = None,
+    on_done: Callable[[Measurement], None] | None = None,
+) -> list[Measurement]:
+    """Run probes in order, appending to `into` as each finishes so an interrupt keeps them."""
+    for probe in probes:
+        if on_start:
+            on_start(probe)
+        measurement = run_one(probe, device, settings)
+        into.append(measurement)
+        if on_done:
+            on_done(measurement)
+    return into

@@ -1,0 +1,49 @@
+"""An explained step written out: explain.json, kernels.csv, findings.json, its charts and explain.html."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from pygpuperf.core.results import MachineModel
+from pygpuperf.explain import explainer, findings
+from pygpuperf.explain.model import Explanation
+from pygpuperf.explain.model import KernelRecord
+from pygpuperf.report.explain_html import write_explain_report
+
+
+def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
+    """explain.json (median step, waterfall, timeline, kernels) and kernels.csv."""
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "explain.json"
+    json_path.write_text(json.dumps(explanation.to_dict(), indent=1, default=str), encoding="utf-8")
+    csv_path = out / "kernels.csv"
+    columns = [f.name for f in dataclasses.fields(KernelRecord)]
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for record in explanation.median.kernels:
+            writer.writerow({k: json.dumps(v) if isinstance(v, (list, dict)) else v
+                             for k, v in dataclasses.asdict(record).items()})
+    return [json_path, csv_path]
+
+
+def write_explained(explanation: Explanation, settings: dict[str, str], model: MachineModel | Any, out: Path,
+                    echo: Callable[[str], None] = print, echo_findings: bool = True) -> list[Path]:
+    """Find what the step says (pygpuperf.explain.findings) and write everything about it into `out`:
+    explain.json (settings and findings included), kernels.csv, findings.json, waterfall.png/.svg,
+    kernel_roofline.png/.svg and explain.html. `model` is the machine model or the Results holding it;
+    `echo` gets the waterfall (and, with `echo_findings`, the findings) as text."""
+    machine = getattr(model, "machine_model", model)
+    explanation.settings = dict(settings)
+    explanation.findings = findings.explain_findings(explanation, settings, machine)
+    echo("\n".join(explainer.summary_lines(explanation) + (findings.finding_lines(explanation.findings) if echo_findings else [])))
+    paths = write_outputs(explanation, out)
+    paths += write_explain_report(explanation, out, model)
+    path = out / "findings.json"
+    path.write_text(json.dumps([dataclasses.asdict(f) for f in explanation.findings], indent=1, default=str),
+                    encoding="utf-8")
+    return [*paths, path]
