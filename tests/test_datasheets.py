@@ -10,6 +10,7 @@ import pytest
 from pygpuperf.analyze import machine_model
 from pygpuperf.core import documents
 from pygpuperf.facts import datasheets
+from pygpuperf.facts import peaks
 
 SLUGS = {"h200-sxm", "h100-sxm", "h100-pcie", "a100-sxm4-80gb", "a100-sxm4-40gb", "a100-pcie-80gb", "v100-sxm2",
          "rtx2080ti", "titan-rtx", "rtx3080", "rtx3090", "rtx4090", "rtx-a6000", "a40", "l40s", "mi250x", "mi300x"}
@@ -35,7 +36,7 @@ def _fact(card, name):
 
 
 def test_table_validates_against_its_schema():
-    schema, doc = json.loads(_text("machine_model.schema.json")), json.loads(_text("machine_model.json"))
+    schema, doc = json.loads(_text("datasheets.schema.json")), json.loads(_text("datasheets.json"))
     jsonschema.Draft202012Validator.check_schema(schema)
     assert list(jsonschema.Draft202012Validator(schema).iter_errors(doc)) == []
     datasheets.validate_datasheets(doc)  # and the checks a schema cannot express
@@ -59,7 +60,7 @@ def _fp16_dense(card):
 
 def _unit_limit(card, kind):
     """TFLOP/s the card's multiprocessors allow at boost clock for `kind`, from the per-clock table."""
-    per_clock = datasheets.per_clock_rate(_fact(card, "compute_capability"), kind)
+    per_clock = peaks.per_clock_rate(_fact(card, "compute_capability"), kind)
     assert per_clock, f"{card['key']}: no per-clock rate for {kind} on {_fact(card, 'compute_capability')}"
     return _fact(card, "multiprocessors") * _fact(card, "boost_clock_mhz") * 1e6 * per_clock / 1e12
 
@@ -114,7 +115,7 @@ def test_geforce_cards_accumulate_fp32_at_half_rate_and_the_others_at_full_rate(
 
 def test_host_link_figures_follow_the_pcie_facts():
     for card in _cards():
-        expected = datasheets.pcie_gbps(_fact(card, "pcie_generation"), _fact(card, "pcie_width"))
+        expected = peaks.pcie_gbps(_fact(card, "pcie_generation"), _fact(card, "pcie_width"))
         for name in ("transfer.h2d.pinned", "transfer.d2h.pinned"):
             assert _value(card, name) == pytest.approx(expected, rel=0.01), f"{card['key']} {name}"
 
@@ -247,7 +248,7 @@ def test_unknown_card_names_the_known_ones():
 
 
 def _doc():
-    return json.loads(_text("machine_model.json"))
+    return json.loads(_text("datasheets.json"))
 
 
 def _bad(mutate) -> str:
@@ -277,9 +278,9 @@ def test_theoretical_peak_of_amd_parts_uses_their_gfx_target():
     # torch reports CDNA 2 as compute capability 9.0, Hopper's; the gfx target must decide.
     mi250x_die = {"name": "AMD Instinct MI250X", "compute_capability": "9.0", "multiprocessor_count": 110,
                   "sm_clock_max_mhz": 1700}
-    assert datasheets.theoretical_peak("compute.tensor.fp16.acc32", mi250x_die).value == pytest.approx(1024 * 110 * 1.7e-3)
+    assert peaks.theoretical_peak("compute.tensor.fp16.acc32", mi250x_die).value == pytest.approx(1024 * 110 * 1.7e-3)
     mi300x = {"name": "AMD Instinct MI300X", "compute_capability": "9.4", "multiprocessor_count": 304,
               "sm_clock_max_mhz": 2100}
-    assert datasheets.theoretical_peak("compute.tensor.fp8.acc32", mi300x).value == pytest.approx(2614.9, rel=1e-3)
+    assert peaks.theoretical_peak("compute.tensor.fp8.acc32", mi300x).value == pytest.approx(2614.9, rel=1e-3)
     hopper = {"name": "NVIDIA H200", "compute_capability": "9.0", "multiprocessor_count": 132, "sm_clock_max_mhz": 1980}
-    assert datasheets.theoretical_peak("compute.tensor.fp16.acc32", hopper).value == pytest.approx(4096 * 132 * 1.98e-3)
+    assert peaks.theoretical_peak("compute.tensor.fp16.acc32", hopper).value == pytest.approx(4096 * 132 * 1.98e-3)

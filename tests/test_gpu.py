@@ -13,10 +13,10 @@ import torch
 from pygpuperf.core import documents
 from pygpuperf.facts import host
 from pygpuperf.measure import native
-from pygpuperf.facts import datasheets
 from pygpuperf.measure.backends.base import RunSettings
 from pygpuperf.measure.backends.native import NativeBackend
 from pygpuperf.measure.backends.portable import PortableBackend
+from pygpuperf.facts import peaks
 
 pytestmark = pytest.mark.gpu
 
@@ -44,7 +44,7 @@ def test_cuda_probe_verifies_and_stays_under_its_peak(name, device_meta):
     assert m.verified, m.verify_detail
     assert m.value > 0 and m.stats.n == QUICK.samples
     assert m.backend == "native-cuda"
-    peak = datasheets.theoretical_peak(name, device_meta)
+    peak = peaks.theoretical_peak(name, device_meta)
     if peak is not None:
         assert m.value <= peak.value * 1.02, f"{m.value} {m.unit} above the {peak.source} peak {peak.value}"
 
@@ -62,7 +62,7 @@ def test_hbm_buffers_are_at_least_four_times_l2():
 
 
 def test_hbm_copy_reaches_half_the_theoretical_bandwidth(device_meta):
-    peak = datasheets.theoretical_peak("memory.hbm.copy", device_meta)
+    peak = peaks.theoretical_peak("memory.hbm.copy", device_meta)
     if peak is None:
         pytest.skip("NVML gives no memory clock or bus width here")
     m = NativeBackend().measure("memory.hbm.copy", GPU, QUICK)

@@ -9,7 +9,7 @@ import torch
 
 from pygpuperf.facts import host
 from pygpuperf.measure import native
-from pygpuperf.facts import datasheets
+from pygpuperf.facts import peaks
 
 pytestmark = pytest.mark.gpu
 
@@ -118,7 +118,7 @@ def test_fp32_peak_is_between_80_and_100_percent_of_theoretical(device_meta, fp3
 
 def test_packed_fp16_stays_between_the_sanity_floor_and_its_peak(device_meta):
     """Physics guard and sanity floor; the performance goal itself lives in the benchmark notes."""
-    peak = datasheets.theoretical_peak("compute.cuda.fp16x2", device_meta)
+    peak = peaks.theoretical_peak("compute.cuda.fp16x2", device_meta)
     if peak is None:
         pytest.skip("no packed-fp16 rate known for this architecture")
     fp16x2 = native.run_probe("compute.cuda.fp16x2", GPU, warmup=2, samples=10)

@@ -259,9 +259,9 @@ def test_link_facts_without_nvml_or_nvidia_device(monkeypatch):
 
 
 def test_link_facts_keys_gpus_by_torch_index(monkeypatch):
-    nvml = h200_node()
-    monkeypatch.setattr(nvml, "pynvml", nvml)
-    handles = {3: nvml.gpus[0], 5: nvml.gpus[1]}
+    fake = h200_node()
+    monkeypatch.setattr(nvml, "pynvml", fake)
+    handles = {3: fake.gpus[0], 5: fake.gpus[1]}
     monkeypatch.setattr(nvml, "nvml_handle", lambda d: handles.get(d.index))
     f = links.link_facts([torch.device("cuda", 3), torch.device("cuda", 5), torch.device("cuda", 7)])
     assert f["source"] == "nvml" and set(f["gpus"]) == {"3", "5"} and set(f["pairs"]) == {"3.5", "5.3"}

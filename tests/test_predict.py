@@ -9,7 +9,7 @@ import pytest
 
 from pygpuperf.explain import attribution
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC
-from pygpuperf.analyze import machine_model
+from pygpuperf.analyze.machine_model import machine_model as datasheets_model
 from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import MEMORY_BOUND, TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.predict import dram_efficiency, predict, runs_as
@@ -143,9 +143,10 @@ def test_a_kernel_that_fits_only_the_source_l2_is_priced_at_the_source_dram_effi
 
 
 def test_validation_takes_ratios_inside_each_group():
-    from pygpuperf.predict import Card, validate
+    from pygpuperf.analyze.machine_model import load_model
+    from pygpuperf.predict import validate
 
-    source = Card("h200", machine_model.machine_model("h200-sxm"))
+    source = load_model("datasheet:h200-sxm")
     published = {"reference": "a100-sxm4-80gb", "figures": [
         {"card": "a100-sxm4-80gb", "samples_per_s": 2000, "group": "g1"},
         {"card": "v100-sxm2", "samples_per_s": 1000, "group": "g1"},
@@ -179,7 +180,7 @@ def test_cli_bad_target_is_one_line_with_exit_2(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "no datasheet entry 'no-such-card'" in lines[0]
+    assert len(lines) == 1 and "datasheet:no-such-card: no such card" in lines[0]
 
 
 def test_cli_json_ranks_targets(tmp_path, capsys):
@@ -261,3 +262,23 @@ def test_cli_rejects_a_malformed_validation_file_in_one_line(tmp_path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not a valid published-figures file at figures/0/samples_per_s" in lines[0]
+
+
+def test_a_tf32_profile_on_a_card_without_tf32_runs_on_its_fp32_vector_units():
+    source = _model()
+    source.compute["tensor.tf32.acc32"] = Ceiling(50.0, "TFLOP/s", "t", "t")
+    flops = 50e12 * 1e-3  # 1 ms at the source's TF32 rate; measured at 2 ms
+    gemm = KernelRecord("tf32 gemm", start_us=0.0, duration_us=2000.0, kernel_class=TENSOR_GEMM,
+                        precision="tf32.acc32", flops=flops, bytes=1e6)
+    attribution.assign_bounds([gemm], source)
+    line = Timeline(wall_us=2000.0, busy_us=2000.0, idle=Idle())
+    step = ExplainedStep(0, [gemm], line, Waterfall(0, {}, 2000.0, 0, 1), [])
+    v100 = datasheets_model("v100-sxm2")  # Volta: tensor cores take fp16 only
+    assert "tensor.tf32.acc32" not in v100.compute
+    p = predict(Explanation("cuda:0", [step], step), source, v100)
+    fp32 = v100.compute["cuda.fp32"].value  # 15.7 TFLOP/s
+    # Same efficiency against its bound as on the source, the bound now at the V100's fp32 CUDA-core rate.
+    assert p.step_us == pytest.approx(2000.0 * (flops / (fp32 * 1e12)) / 1e-3, rel=1e-6)
+    assert any("tf32 is not supported: runs as fp32 on the vector units" in n for n in p.notes)
+    assert _by(p, TENSOR_GEMM) == pytest.approx((2000.0, p.step_us))  # the source's class, repriced
+    assert p.step_us > 2000.0 * 3  # 15.7 against 50 TFLOP/s: not the H200 time the old fallback kept

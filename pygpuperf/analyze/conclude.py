@@ -8,12 +8,12 @@ from typing import Any, Sequence
 
 from pygpuperf.analyze import diagnostics
 from pygpuperf.analyze import hierarchy
-from pygpuperf.facts import datasheets
 from pygpuperf.analyze import transfers
 from pygpuperf.core.units import format_bytes
 from pygpuperf.core.results import (NOISY_CV, Finding, MachineModel, Measurement, Results, WorkloadResult,
                                     best_per_backend, is_series_point, lower_is_better)
 from pygpuperf.analyze.machine_model import build_machine_model
+from pygpuperf.facts import peaks
 
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
 BACKEND_AGREEMENT_FACTOR = 2.0
@@ -23,13 +23,9 @@ NATIVE_MARGIN = 1.01
 # Clock-event reasons that say nothing about the card's health.
 _BENIGN_CLOCK_REASONS = ("idle", "application_clock_setting")
 
-# Compute ceiling a workload is held against, by its precision, in order of preference.
-_CEILINGS_BY_PRECISION = {
-    "fp16-amp": ("library.fp16", "tensor.fp16.acc32"),
-    "bf16-amp": ("library.bf16", "tensor.bf16.acc32"),
-    "tf32": ("library.tf32", "tensor.tf32.acc32"),
-    "fp32": ("library.fp32", "simd.fp32", "cuda.fp32"),
-}
+# The precision key a workload's precision label is held against ("fp16-amp": AMP with fp16 tensors,
+# which accumulate in fp32); plain fp32 runs on the vector units.
+_WORKLOAD_PRECISION = {"fp16-amp": "fp16.acc32", "bf16-amp": "bf16.acc32", "tf32": "tf32.acc32"}
 
 
 def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:
@@ -51,8 +47,8 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                                     "Treat the device or the build as suspect; run the GPU tests."))
         if m.status != "ok" or not math.isfinite(m.value):
             continue
-        peak = datasheets.theoretical_peak(m.name, device_meta)
-        if peak is not None and m.value > peak.value * 1.02:
+        peak = peaks.theoretical_peak(m.name, device_meta)
+        if peak is not None and m.value > peak.value * peaks.PEAK_MARGIN:
             findings.append(Finding("error", f"{m.name} measured above its theoretical peak, which means a probe bug, "
                                     "not a fast card.",
                                     {"measured": m.value, "peak": peak.value, "unit": m.unit, "peak_source": peak.source,
@@ -184,7 +180,7 @@ def compute_findings(measurements: list[Measurement], device_meta: dict[str, Any
                 "info", f"{dtype.upper()} tensor math runs at the same rate with FP32 and FP16 accumulation "
                 f"(ratio {ratio:.2f}), as on data-center and professional parts.", evidence, ""))
     for name, m in best.items():
-        peak = datasheets.theoretical_peak(name, device_meta)
+        peak = peaks.theoretical_peak(name, device_meta)
         if peak is not None and m.value < ARCH_LIMIT_SHARE * peak.value:
             findings.append(Finding(
                 "warning", f"{name} reaches {100 * m.value / peak.value:.0f}% of what the architecture allows "
@@ -209,11 +205,12 @@ def compute_findings(measurements: list[Measurement], device_meta: dict[str, Any
 
 def place_workload(workload: WorkloadResult, model: MachineModel) -> WorkloadResult:
     """Fill the roofline placement of a workload from the machine model (in place)."""
-    precision = workload.params.get("precision", "fp32")
-    for key in _CEILINGS_BY_PRECISION.get(precision, ("library.fp32",)):
-        if key in model.compute:
-            workload.compute_ceiling = key
-            break
+    label = str(workload.params.get("precision", "fp32"))
+    # The library's figure first: a model's GEMMs and convolutions run through cuBLAS/cuDNN/oneDNN.
+    found = (model.matrix_ceiling(_WORKLOAD_PRECISION[label], prefer_library=True) if label in _WORKLOAD_PRECISION
+             else model.vector_ceiling("fp32", prefer_library=True))
+    if found is not None:
+        workload.compute_ceiling = found[0]
     workload.memory_ceiling = model.dram_key()
     if workload.compute_ceiling and workload.memory_ceiling and math.isfinite(workload.intensity):
         compute = model.compute[workload.compute_ceiling].value

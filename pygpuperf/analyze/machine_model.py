@@ -8,8 +8,13 @@ analyze.machine_model.build_machine_model makes them) with origin "datasheet": e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable
 
+from pygpuperf.core import documents
+from pygpuperf.core.errors import UsageError
+from pygpuperf.core.validation import CEILING_FAMILIES, check_machine_model, one_line
 from pygpuperf.facts import datasheets
 from pygpuperf.analyze.transfers import link_fits
 from pygpuperf.core.results import MEMORY_CEILING_OPS, Ceiling, MachineModel, Measurement, is_series_point, unit_for
@@ -109,3 +114,54 @@ def build_machine_model(device: str, measurements: Iterable[Measurement]) -> Mac
     model.fill_ridge_points()
     return model
 
+
+
+DATASHEET_PREFIX = "datasheet:"
+
+
+@dataclass
+class LoadedModel:
+    """A machine model a command was given: from `datasheet:<card>` or from a run's results.json."""
+
+    name: str  # the card key, or the measured device's name (one printable line)
+    spec: str  # the argument as given
+    origin: str  # "datasheet" or "measured"
+    model: MachineModel
+    card: dict[str, Any] | None  # the card's datasheet entry, where the table knows it
+
+
+def load_model(spec: str) -> LoadedModel:
+    """The machine model `spec` names: "datasheet:<card>", or a results.json written by the roofline
+    command (or a folder holding one), its values checked (pygpuperf.core.validation). A run stopped
+    before it was concluded gets its model built from its measurements. Raises UsageError, one line."""
+    if spec.startswith(DATASHEET_PREFIX):
+        key = spec[len(DATASHEET_PREFIX):]
+        try:
+            return LoadedModel(key, spec, "datasheet", machine_model(key), card(key))
+        except UnknownCardError:
+            raise UsageError(f"{one_line(spec, 80)}: no such card; use one of "
+                             f"{', '.join(DATASHEET_PREFIX + k for k in card_keys())}") from None
+    path = Path(spec)
+    if path.is_dir() and (path / "results.json").is_file():
+        path = path / "results.json"
+    fix = f"give a results.json written by python -m pygpuperf.roofline, or {DATASHEET_PREFIX}<card>"
+    if not path.is_file():
+        raise UsageError(f"{one_line(spec, 120)}: no such results file; {fix}")
+    try:
+        results = documents.load_results(path)
+        name = _device_name(results.meta)
+        model = results.machine_model or build_machine_model(name, results.measurements)
+        check_machine_model(model, one_line(path, 120))
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        # Not valid JSON or schema, or valid yet unusable (an integer too large for a float, a zero ceiling).
+        raise UsageError(f"{one_line(exc)}; {fix}") from None
+    if not any(getattr(model, family) for family in CEILING_FAMILIES):
+        raise UsageError(f"{one_line(path, 120)}: has no measured ceilings; re-run python -m pygpuperf.roofline "
+                         "without --probes, or with the families it needs")
+    return LoadedModel(name, spec, "measured", model, datasheets.datasheet_for(name))
+
+
+def _device_name(meta: Any) -> str:
+    device = meta.get("device") if isinstance(meta, dict) else None
+    name = device.get("name") if isinstance(device, dict) else None
+    return one_line(name, 60) if isinstance(name, str) and name.strip() else "unnamed device"

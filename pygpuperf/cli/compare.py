@@ -19,7 +19,8 @@ from rich.markup import escape
 
 from pygpuperf.analyze import machine_model
 from pygpuperf.cli import common as cli
-from pygpuperf.compare import DATASHEET_PREFIX, compare, comparison_dict, load_entry
+from pygpuperf.analyze.machine_model import DATASHEET_PREFIX
+from pygpuperf.compare import compare, comparison_dict, load_entry
 from pygpuperf.core.errors import UsageError
 from pygpuperf.report.compare_table import print_comparison
 

@@ -17,7 +17,8 @@ from pygpuperf.core import validation
 from pygpuperf.core.errors import UsageError
 from pygpuperf.explain.compare import load_explanation
 from pygpuperf.explain.model import Explanation
-from pygpuperf.predict import (Card, Prediction, _unprofiled_step_us, load_card, predict, prediction_documents,
+from pygpuperf.analyze.machine_model import LoadedModel, load_model
+from pygpuperf.predict import (Prediction, _unprofiled_step_us, predict, prediction_documents,
                                samples_per_eur, validate, validation_table)
 
 
@@ -93,7 +94,7 @@ def run(argv: list[str] | None = None) -> int:
     for name, value in (("--peak-memory-gb", args.peak_memory_gb), ("--source-step-ms", args.source_step_ms)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f"{name} {value}: give a positive number")
-    source = load_card(args.source_model)
+    source = load_model(args.source_model)
     if not validation.same_kind(source.model, profile.device) and not args.allow_cross_device:
         raise UsageError(f"--source-model {validation.one_line(args.source_model, 80)} is a "
                          f"{validation.device_kind(source.model.device, source.model.origin)} model but the profile "
@@ -109,7 +110,7 @@ def run(argv: list[str] | None = None) -> int:
             folder.release()
 
 
-def _predict_and_write(args: argparse.Namespace, profile: Explanation, source: Card, step_us: float | None,
+def _predict_and_write(args: argparse.Namespace, profile: Explanation, source: LoadedModel, step_us: float | None,
                        prices: dict[str, float], out: Path | None) -> int:
     if args.validate:
         from pygpuperf.core import documents
@@ -126,7 +127,7 @@ def _predict_and_write(args: argparse.Namespace, profile: Explanation, source: C
             return 0
     predictions = []
     for spec in args.target:
-        target = load_card(spec)
+        target = load_model(spec)
         peak = args.peak_memory_gb * 1e9 if args.peak_memory_gb else None
         predictions.append(predict(profile, source.model, target.model, samples_per_step=args.samples_per_step,
                                    peak_memory_bytes=peak, source_step_us=step_us, source_name=source.name,

@@ -263,12 +263,13 @@ def _predict_model(explanation, results: Results, cards: list[str], folder: Path
                    console: Console) -> tuple[list[Path], str]:
     """The explained step re-priced on datasheet cards: prediction.json/png/html beside explain.json."""
     from pygpuperf import predict
+    from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, load_model
     from pygpuperf.report.predict_report import write_prediction_report
 
     source = str(results.meta.get("device", {}).get("name", "this device"))
     predictions = sorted((predict.predict(explanation, results.machine_model, card.model, source_name=source,
                                           target_name=card.name)
-                          for card in (predict.load_card(predict.DATASHEET_PREFIX + c) for c in cards)),
+                          for card in (load_model(DATASHEET_PREFIX + c) for c in cards)),
                          key=lambda p: -p.throughput)
     for p in predictions:
         console.print(f"predicted on {escape(p.target)}: {p.throughput:,.0f} samples/s ({p.ratio_to_source:.2f}x)",

@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
-from pygpuperf.analyze import machine_model
-from pygpuperf.core import documents
+from pygpuperf.analyze.machine_model import load_model
 from pygpuperf.facts import datasheets
-from pygpuperf.core import validation
 from pygpuperf.analyze.conclude import HALF_RATE_RATIO, SAME_RATE_RATIO
 from pygpuperf.core.errors import UsageError
 from pygpuperf.core.results import Ceiling, MachineModel
 from pygpuperf.core.units import figure as _num, times as _times
-from pygpuperf.core.validation import one_line as _one_line
-from pygpuperf.analyze.machine_model import build_machine_model
 
-DATASHEET_PREFIX = "datasheet:"
 FAMILIES = ("compute", "memory", "links", "latency", "communication")
 # Two figures this far apart are worth a sentence; host links only from here on.
 NOTABLE_RATIO = 1.1
@@ -98,54 +92,11 @@ class Comparison:
     verdicts: list[Verdict] = field(default_factory=list)
 
 
-def _device_name(meta: Any) -> str:
-    device = meta.get("device") if isinstance(meta, dict) else None
-    name = device.get("name") if isinstance(device, dict) else None
-    return _one_line(name, _LABEL_LENGTH) if isinstance(name, str) and name.strip() else "unnamed device"
-
-
-def _check_model(model: MachineModel, where: str) -> None:
-    try:
-        validation.check_machine_model(model, where)
-    except validation.DocumentValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def load_entry(spec: str) -> Entry:
     """An Entry from `datasheet:<card>` or a results.json path (or a folder holding one). Raises UsageError."""
-    if spec.startswith(DATASHEET_PREFIX):
-        key = spec[len(DATASHEET_PREFIX):]
-        try:
-            model = machine_model.machine_model(key)
-        except machine_model.UnknownCardError:
-            raise UsageError(f"{_one_line(spec, 80)}: no such card; use one of "
-                             f"{', '.join(DATASHEET_PREFIX + k for k in machine_model.card_keys())}") from None
-        return Entry(label=key, spec=spec, origin="datasheet", model=model, card=machine_model.card(key))
-    path = Path(spec)
-    if path.is_dir() and (path / "results.json").is_file():
-        path = path / "results.json"
-    if not path.is_file():
-        raise UsageError(f"{_one_line(spec, 120)}: no such results file; give a results.json written by "
-                         f"python -m pygpuperf.roofline, or {DATASHEET_PREFIX}<card> (--list names the cards)")
-    fix = "give a results.json written by python -m pygpuperf.roofline"
-    try:
-        results = documents.load_results(path)
-        model = results.machine_model
-        if model is None:  # an interrupted run may have measurements but no model yet
-            model = build_machine_model(_device_name(results.meta), results.measurements)
-    except documents.ResultsFileError as exc:
-        raise UsageError(f"{_one_line(exc)}; {fix}") from None
-    except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
-        # Valid against the schema yet unusable (e.g. an integer too large for a float).
-        raise UsageError(f"{_one_line(path, 120)}: not a usable results file ({type(exc).__name__}: "
-                         f"{_one_line(exc, 120)}); {fix}") from None
-    _check_model(model, _one_line(path, 120))
-    if not any(getattr(model, family) for family in FAMILIES):
-        raise UsageError(f"{_one_line(path, 120)}: has no measured ceilings to compare; re-run "
-                         "python -m pygpuperf.roofline without --probes, or with the families to compare")
-    name = _device_name(results.meta)
-    return Entry(label=f"{name} (measured)", spec=spec, origin="measured", model=model,
-                 card=datasheets.datasheet_for(name))
+    loaded = load_model(spec)
+    label = loaded.name if loaded.origin == "datasheet" else f"{loaded.name} (measured)"
+    return Entry(label=label, spec=spec, origin=loaded.origin, model=loaded.model, card=loaded.card)
 
 
 def _unique_labels(entries: list[Entry]) -> None:

@@ -15,6 +15,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from pygpuperf.core.precision import accumulate_of, dtype_of
+
 SCHEMA_ID = "pygpuperf/1"
 COUNTING_CONVENTION = (
     "1 GB = 1e9 B; GB/s = (bytes_read + bytes_written) / time; 1 TFLOP = 1e12 FLOP; FMA = 2 FLOP; "
@@ -209,6 +211,15 @@ class Ceiling:
     backend: str
     cv: float | None = None  # the measurement's sample spread (None: a datasheet figure or a derived size)
 
+    @property
+    def per_second(self) -> float:
+        """The ceiling in work per second: bytes/s for GB/s, FLOP/s (or OP/s) for TFLOP/s."""
+        return self.value * _SCALE.get(self.unit, 1.0)
+
+    def seconds(self, work: float) -> float:
+        """Seconds to do `work` (bytes or FLOPs) at this ceiling."""
+        return work / self.per_second
+
 
 @dataclass
 class LinkFit:
@@ -271,6 +282,46 @@ class MachineModel:
         if c is None or b is None or b.value <= 0:
             return None
         return (c.value * 1e12) / (b.value * 1e9)
+
+    def _first(self, table: dict[str, Ceiling], keys: Iterable[str]) -> tuple[str, Ceiling] | None:
+        for key in keys:
+            ceiling = table.get(key)
+            if ceiling is not None and ceiling.value > 0:
+                return key, ceiling
+        return None
+
+    def matrix_ceiling(self, precision: str, prefer_library: bool = False) -> tuple[str, Ceiling] | None:
+        """(key, ceiling) that bounds matrix math of `precision` ("fp16.acc32", "bf16") on the tensor
+        cores: the instruction-level figure (tensor.*) first, the library's (library.*) where none was
+        measured, or the other way round with `prefer_library`. fp32 data reaches them as TF32."""
+        dtype, accumulate = dtype_of(precision), accumulate_of(precision)
+        if dtype == "fp32":
+            dtype, accumulate = "tf32", "acc32"
+        keys = [f"tensor.{dtype}.{accumulate}", f"library.{dtype}" + ("acc16" if accumulate == "acc16" else "")]
+        return self._first(self.compute, reversed(keys) if prefer_library else keys)
+
+    def vector_ceiling(self, precision: str, prefer_library: bool = False) -> tuple[str, Ceiling] | None:
+        """(key, ceiling) that bounds math of `precision` off the matrix units: a GPU's CUDA cores (packed
+        fp16/bf16 where measured), else a CPU's SIMD units, else the BLAS library's fp32 figure (first,
+        with `prefer_library`: what a model's GEMMs reach through the library)."""
+        dtype = dtype_of(precision) if precision else "fp32"
+        if dtype in ("fp16", "bf16"):
+            keys = [f"cuda.{dtype}x2", "cuda.fp32", "simd.fp32", "library.fp32"]
+        elif dtype == "fp64":
+            keys = ["cuda.fp64", "simd.fp64"]
+        else:
+            keys = ["cuda.fp32", "simd.fp32", "library.fp32"]
+        if prefer_library and "library.fp32" in keys:
+            keys = ["library.fp32"] + [k for k in keys if k != "library.fp32"]
+        return self._first(self.compute, keys)
+
+    def supports(self, dtype: str) -> bool:
+        """Whether this machine runs `dtype` at all: some compute ceiling names it (tensor.bf16.*,
+        library.bf16, cuda.bf16x2). fp32 and fp64 always run on the vector units."""
+        dtype = dtype_of(dtype) if dtype else ""
+        if dtype in ("fp32", "fp64", ""):
+            return True
+        return any(f".{dtype}" in key for key in self.compute)
 
     def dram_key(self) -> str | None:
         for key in ("hbm", "dram"):

@@ -21,6 +21,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
                                      TENSOR_GEMM, KernelRecord, Timeline, Waterfall)
+from pygpuperf.core.precision import precision_of
 from pygpuperf.core.results import Ceiling, MachineModel
 
 from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_COMMUNICATION, PART_FALLBACK,
@@ -37,12 +38,6 @@ SELF_CHECK_MARGIN = 1.05
 _PART_OF_CLASS = {TENSOR_GEMM: PART_TENSOR, MEMORY_BOUND: PART_MEMORY, VECTOR_MATH: PART_FALLBACK,
                   MEMCPY: PART_MEMCPY, COMMUNICATION: PART_COMMUNICATION}
 _MATH = (TENSOR_GEMM, VECTOR_MATH)
-_PER_SECOND = {"TFLOP/s": 1e12, "TOP/s": 1e12, "GB/s": 1e9}
-# Dtype names as the profiler records them -> the precision names of ceiling keys.
-_PRECISION_OF_DTYPE = {"c10::half": "fp16", "half": "fp16", "float16": "fp16", "c10::bfloat16": "bf16",
-                       "bfloat16": "bf16", "float": "fp32", "float32": "fp32", "double": "fp64", "float64": "fp64",
-                       "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "float8_e4m3fn": "fp8",
-                       "float8_e5m2": "fp8"}
 # Collective kernels (NCCL names, lower case, no underscores) -> MachineModel.communication keys.
 _COLLECTIVES = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
                 ("broadcast", "broadcast"))
@@ -52,51 +47,14 @@ _COLLECTIVES = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("redu
 
 
 def _precision(record: KernelRecord) -> str:
-    """The record's precision, or one read off its first floating-point input dtype."""
+    """The record's precision, or the one its first floating-point input dtype holds."""
     if record.precision:
         return record.precision
-    for d in record.dtypes:
-        if isinstance(d, str) and d.strip().lower() in _PRECISION_OF_DTYPE:
-            return _PRECISION_OF_DTYPE[d.strip().lower()]
-    return ""
-
-
-def _dtype(precision: str) -> str:
-    """'fp16.acc32' -> 'fp16'; 'fp16x2' -> 'fp16'."""
-    return precision.split(".", 1)[0].removesuffix("x2")
-
-
-def _tensor_keys(precision: str) -> list[str]:
-    """Tensor-core ceilings for a precision, instruction-level first, then the library (cuBLAS) figure."""
-    if not precision:
-        return []
-    dtype = _dtype(precision)
-    if dtype == "fp32":  # fp32 data reaches the tensor cores as tf32
-        dtype, precision = "tf32", "tf32.acc32"
-    accumulate = precision.split(".", 1)[1] if "." in precision else "acc32"
-    return [f"tensor.{dtype}.{accumulate}", f"library.{dtype}" + ("acc16" if accumulate == "acc16" else "")]
-
-
-def _cuda_keys(precision: str) -> list[str]:
-    """Non-tensor math ceilings: the GPU's CUDA cores, else a CPU's SIMD units, else the BLAS library figure."""
-    dtype = _dtype(precision) if precision else "fp32"
-    if dtype in ("fp16", "bf16"):
-        return [f"cuda.{dtype}x2", "cuda.fp32", "simd.fp32", "library.fp32"]
-    if dtype == "fp64":
-        return ["cuda.fp64", "simd.fp64"]
-    return ["cuda.fp32", "simd.fp32", "library.fp32"]
-
-
-def _first(table: dict[str, Ceiling], keys: Sequence[str]) -> tuple[str, Ceiling] | None:
-    for key in keys:
-        ceiling = table.get(key)
-        if ceiling is not None and ceiling.value > 0:
-            return key, ceiling
-    return None
+    return next((p for d in record.dtypes if isinstance(d, str) and (p := precision_of(d))), "")
 
 
 def _seconds_us(work: float, ceiling: Ceiling) -> float:
-    return work / (ceiling.value * _PER_SECOND.get(ceiling.unit, 1e9)) * 1e6
+    return ceiling.seconds(work) * 1e6
 
 
 def _link_key(name: str, model: MachineModel) -> str | None:
@@ -160,10 +118,11 @@ def kernel_terms(record: KernelRecord, model: MachineModel, cache_aware: bool = 
     if cls in _MATH:
         if record.flops <= 0:
             return []
-        compute = _first(model.compute, _tensor_keys(precision) if cls == TENSOR_GEMM else _cuda_keys(precision))
+        compute = (model.matrix_ceiling(precision) if cls == TENSOR_GEMM and precision
+                   else model.vector_ceiling(precision) if cls == VECTOR_MATH else None)
         return _terms(record.flops, compute, memory) if compute is not None else []
     if cls in (MEMORY_BOUND, LAYOUT):
-        return [] if memory is None else _terms(record.flops, _first(model.compute, ["cuda.fp32"]), memory)
+        return [] if memory is None else _terms(record.flops, model.vector_ceiling("fp32"), memory)
     if cls == MEMCPY:
         if record.bytes <= 0:
             return []
@@ -204,7 +163,7 @@ def tensor_bound(record: KernelRecord, model: MachineModel) -> tuple[float | Non
     what the waterfall's ideal holds it to. Its own bound where its dtype has no tensor-core ceiling."""
     if record.kernel_class != VECTOR_MATH or record.flops <= 0:
         return kernel_bound(record, model)
-    compute = _first(model.compute, _tensor_keys(_precision(record) or "fp32"))
+    compute = model.matrix_ceiling(_precision(record) or "fp32")
     if compute is None:
         return kernel_bound(record, model)
     return max(_terms(record.flops, compute, memory_term(record.bytes, model)))

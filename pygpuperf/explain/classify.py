@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from pygpuperf.core.precision import precision_in_kernel_name, precision_of
 from pygpuperf.explain.model import (
     COMMUNICATION,
     VECTOR_MATH,
@@ -150,29 +151,12 @@ def _tensor_types(name: str) -> tuple[str | None, int | None]:
     return None, None
 
 
-_TORCH_DTYPE = {
-    "float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
-    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
-    "int8": "int8", "uint8": "int8",
-}  # fmt: skip
-# Template arguments of ATen/cuDNN kernel names, for kernels launched outside any recorded op.
-_NAME_DTYPE = (
-    (re.compile(r"c10::BFloat16|__nv_bfloat16|\bbf16\b"), "bf16"),
-    (re.compile(r"c10::Half|__half\b|\bhalf\b"), "fp16"),
-    (re.compile(r"\bdouble\b"), "fp64"),
-    (re.compile(r"\bfloat\b"), "fp32"),
-)
-
-
 def _data_precision(record: KernelRecord) -> str:
     """Precision of the data a kernel works on: op dtypes first, then the kernel name."""
     for dtype in record.dtypes:
-        if dtype in _TORCH_DTYPE:
-            return _TORCH_DTYPE[dtype]
-    for pattern, precision in _NAME_DTYPE:
-        if pattern.search(record.name):
+        if isinstance(dtype, str) and (precision := precision_of(dtype)):
             return precision
-    return ""
+    return precision_in_kernel_name(record.name) or ""
 
 
 def _fp32_on_tensor_cores(record: KernelRecord, ctx: KernelContext) -> bool:

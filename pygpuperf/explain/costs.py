@@ -45,6 +45,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch.utils import flop_counter
 
+from pygpuperf.core.precision import PRECISIONS, element_bytes, precision_in_kernel_name
+
 BYTES_CONVENTION = (
     "minimum traffic: each tensor input read once and each output written once at its dtype's size; "
     "in-place tensors count as read and written; views and allocations count nothing"
@@ -53,22 +55,6 @@ UNKNOWN = "unknown op"
 
 _READ_WRITE = "inputs read once + outputs written once"
 
-# Bytes per element by the names the profiler, torch and the project use for dtypes.
-ELEMENT_BYTES: dict[str, int] = {
-    "double": 8, "float64": 8, "fp64": 8,
-    "float": 4, "float32": 4, "fp32": 4, "tf32": 4,
-    "c10::half": 2, "half": 2, "float16": 2, "fp16": 2,
-    "c10::bfloat16": 2, "bfloat16": 2, "bf16": 2,
-    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "c10::float8_e4m3fnuz": 1, "c10::float8_e5m2fnuz": 1,
-    "c10::float8_e8m0fnu": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-    "float8_e8m0fnu": 1, "fp8": 1,
-    "long int": 8, "long": 8, "int64": 8,
-    "int": 4, "int32": 4, "unsigned int": 4, "uint32": 4,
-    "short int": 2, "short": 2, "int16": 2,
-    "signed char": 1, "unsigned char": 1, "int8": 1, "uint8": 1, "bool": 1,
-    "c10::complex<c10::half>": 4, "complex32": 4, "c10::complex<float>": 8, "complex64": 8,
-    "c10::complex<double>": 16, "complex128": 16,
-}
 _BOOL = 1
 _STATS = 4  # normalisation statistics are kept in fp32 whatever the input dtype
 _INDEX = 8  # int64 indices (max pooling)
@@ -165,15 +151,6 @@ class OpCost:
     formula: str
 
 
-def element_bytes(dtype: str) -> int | None:
-    """Bytes per element of a dtype name (profiler, torch or project spelling); None if not a tensor dtype."""
-    name = str(dtype).strip().lower().removeprefix("torch.")
-    return ELEMENT_BYTES.get(name)
-
-
-# Element types as kernel template arguments show them ("<c10::BFloat16, 4>", "Functor<float, 3, 2, 2>").
-_KERNEL_DTYPES = ((re.compile(r"c10::BFloat16|__nv_bfloat16"), 2), (re.compile(r"c10::Half|\b__half\b"), 2),
-                  (re.compile(r"[<,(]\s*float\s*[,>)]"), 4), (re.compile(r"[<,(]\s*double\s*[,>)]"), 8))
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
 
 
@@ -183,10 +160,8 @@ def kernel_element_bytes(kernel_name: str) -> int | None:
     opaque = _OPAQUE.search(kernel_name)  # copies and cats move elements as opaque words of their size
     if opaque:
         return int(opaque.group(1))
-    for pattern, size in _KERNEL_DTYPES:
-        if pattern.search(kernel_name):
-            return size
-    return None
+    precision = precision_in_kernel_name(kernel_name)
+    return PRECISIONS[precision].element_bytes if precision else None
 
 
 def collective_cost(collective: str, size_bytes: float, world_size: int) -> OpCost:

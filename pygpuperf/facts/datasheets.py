@@ -1,70 +1,20 @@
-"""What the hardware could do at most: datasheet figures and theoretical peaks.
-
-* Datasheet values (data/datasheets.json, validated against data/datasheets.schema.json)
-  give the '% of datasheet' column; every value and fact there names its source document.
-* Theoretical peaks, computed from the device itself, are the physics guard:
-  a measurement above one is a probe bug, never a record.
-"""
+"""The vendor datasheet table (data/datasheets.json, validated against data/datasheets.schema.json):
+the '% of datasheet' column's figures and every card's facts, each naming its source document."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 import jsonschema
 
-# Dense FLOP (or integer OP) per clock per multiprocessor (SM, or CU on AMD), keyed by CUDA
-# compute capability or AMD gfx target, for the fastest accumulate type of each input;
-# vendor peak rate / (multiprocessors x boost clock). Physics guard only: a measurement above
-# multiprocessors x max clock x this is a probe bug. AMD parts need their own keys because
-# torch reports gfx90a as compute capability 9.0, Hopper's.
-_PER_SM_PER_CLOCK: dict[str, dict[str, int]] = {
-    "7.0": {"tensor.fp16": 1024, "cuda.fp32": 128, "cuda.fp16x2": 256, "cuda.fp64": 64},
-    "7.5": {"tensor.fp16": 1024, "tensor.int8": 2048, "cuda.fp32": 128, "cuda.fp16x2": 256, "cuda.fp64": 4},
-    "8.0": {"tensor.fp16": 2048, "tensor.bf16": 2048, "tensor.tf32": 1024, "tensor.int8": 4096,
-            "cuda.fp32": 128, "cuda.fp16x2": 512, "cuda.bf16x2": 512, "cuda.fp64": 64},
-    "8.6": {"tensor.fp16": 1024, "tensor.bf16": 1024, "tensor.tf32": 512, "tensor.int8": 2048,
-            "cuda.fp32": 256, "cuda.fp16x2": 256, "cuda.bf16x2": 256, "cuda.fp64": 4},
-    "8.9": {"tensor.fp16": 1024, "tensor.bf16": 1024, "tensor.tf32": 512, "tensor.fp8": 2048,
-            "tensor.int8": 2048, "cuda.fp32": 256, "cuda.fp16x2": 256, "cuda.bf16x2": 256, "cuda.fp64": 4},
-    "9.0": {"tensor.fp16": 4096, "tensor.bf16": 4096, "tensor.tf32": 2048, "tensor.fp8": 8192,
-            "tensor.int8": 8192, "cuda.fp32": 256, "cuda.fp16x2": 512, "cuda.bf16x2": 512, "cuda.fp64": 128},
-    # CDNA 2 (MI250X): matrix cores per CU; FP32 counts packed FP32, which doubles the vector rate.
-    "gfx90a": {"tensor.fp16": 1024, "tensor.bf16": 1024, "tensor.int8": 1024, "cuda.fp32": 256, "cuda.fp64": 128},
-    # CDNA 3 (MI300X).
-    "gfx942": {"tensor.fp16": 2048, "tensor.bf16": 2048, "tensor.tf32": 1024, "tensor.fp8": 4096,
-               "tensor.int8": 4096, "cuda.fp32": 256, "cuda.fp64": 128},
-}
-
-# Usable PCIe payload rate per lane and direction (GB/s) by generation, after line encoding.
-_PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-
 MAX_DATASHEET_BYTES = 4 * 1024 * 1024
 
 
 class DatasheetError(ValueError):
     """The datasheet table cannot be used; the message says where and why."""
-
-
-@dataclass(frozen=True)
-class Peak:
-    value: float
-    unit: str
-    source: str  # how it was computed
-
-
-def per_clock_rate(arch: str, kind: str) -> int | None:
-    """FLOP (or OP) per clock per multiprocessor of `kind` ("tensor.fp16", "cuda.fp32", ...) on `arch`."""
-    return _PER_SM_PER_CLOCK.get(arch, {}).get(kind)
-
-
-def pcie_gbps(generation: int, width: int) -> float | None:
-    """Payload rate of a PCIe link per direction, GB/s."""
-    rate = _PCIE_GBPS_PER_LANE.get(generation) if isinstance(generation, (int, float)) else None
-    return rate * width if rate and width else None
 
 
 @lru_cache(maxsize=1)
@@ -162,38 +112,3 @@ def datasheet_fact(card: dict[str, Any] | None, name: str) -> Any | None:
 def datasheet_source(source_id: str) -> dict[str, str]:
     """The document a source id names: publisher, title, version, url."""
     return datasheet_document()["sources"][source_id]
-
-
-def arch_key(device_meta: dict[str, Any]) -> str | None:
-    """The _PER_SM_PER_CLOCK key of a device: its compute capability, or for an AMD part the
-    gfx target its datasheet entry names (torch reports CDNA parts as 9.x, which would read as Hopper)."""
-    name = device_meta.get("name", "") or ""
-    if name.startswith("AMD"):
-        return datasheet_fact(datasheet_for(name), "compute_capability")
-    return device_meta.get("compute_capability")
-
-
-def theoretical_peak(measurement_name: str, device_meta: dict[str, Any]) -> Peak | None:
-    """Upper bound from the device's own facts (clocks, bus width, SMs), or None if unknown."""
-    parts = measurement_name.split(".")
-    if parts[:2] == ["memory", "hbm"]:
-        mhz, bits = device_meta.get("mem_clock_max_mhz"), device_meta.get("memory_bus_width_bits")
-        if mhz and bits:
-            return Peak(mhz * 1e6 * 2 * bits / 8 / 1e9, "GB/s", f"memory clock {mhz} MHz x 2 x {bits}-bit bus")
-    if parts[0] == "compute" and len(parts) >= 3 and parts[1] in ("tensor", "cuda"):
-        arch = arch_key(device_meta)
-        sms, mhz = device_meta.get("multiprocessor_count"), device_meta.get("sm_clock_max_mhz")
-        if arch and sms and mhz:
-            per_sm = per_clock_rate(arch, f"{parts[1]}.{parts[2]}")
-            if per_sm:
-                return Peak(
-                    per_sm * sms * mhz * 1e6 / 1e12,
-                    "TFLOP/s",
-                    f"{per_sm} FLOP/clk/SM x {sms} SMs x {mhz} MHz",
-                )
-    if parts[0] == "transfer" and len(parts) >= 2 and parts[1] in ("h2d", "d2h"):
-        gen, width = device_meta.get("pcie_generation_max"), device_meta.get("pcie_width_max")
-        rate = pcie_gbps(gen, width) if gen and width else None
-        if rate:
-            return Peak(rate, "GB/s", f"PCIe gen {gen} x{width}")
-    return None

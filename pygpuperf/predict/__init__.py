@@ -36,21 +36,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pygpuperf.analyze import machine_model
-from pygpuperf.core import validation
-from pygpuperf.core.errors import UsageError
+from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
 from pygpuperf.explain import attribution, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
 from pygpuperf.explain.model import Explanation, fitting_batch
 from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM,
                                      KernelRecord)
+from pygpuperf.core.precision import bytes_of, dtype_of, fallbacks
 from pygpuperf.core.results import MachineModel
 
 DEFAULT_SAMPLES_PER_STEP = 256
-# Bytes per element, to re-count traffic when a dtype runs as a wider one.
-_WIDTH = {"fp8": 1, "int8": 1, "fp16": 2, "bf16": 2, "fp32": 4, "tf32": 4, "fp64": 8}
-# What runs instead when the target has no support for a dtype, in order of preference.
-_SUBSTITUTES = {"bf16": ("fp16", "fp32"), "fp8": ("fp16", "fp32"), "int8": ("fp16", "fp32"), "fp16": ("fp32",)}
-DATASHEET_PREFIX = "datasheet:"
 
 
 @dataclass
@@ -133,24 +128,16 @@ def dram_efficiency(records: Sequence[KernelRecord], model: MachineModel) -> flo
     return min(priced / measured, 1.0) if measured > 0 else None
 
 
-def _dtype_supported(dtype: str, model: MachineModel) -> bool:
-    """A dtype runs on a machine when some compute ceiling names it (tensor.bf16.*, library.bf16, cuda.bf16x2).
-    fp32 and fp64 always run on the CUDA cores."""
-    if dtype in ("fp32", "fp64", ""):
-        return True
-    return any(f".{dtype}" in key for key in model.compute)
-
-
 def runs_as(precision: str, target: MachineModel) -> tuple[str, str | None]:
-    """(precision the target runs a kernel in, or the same one; a sentence when it had to change).
-
-    bf16 on a card without bf16 (V100, Turing) runs as fp16; fp8/int8 where absent as fp16; either as
-    fp32 when the card has no fp16 figure at all."""
-    dtype = attribution._dtype(precision) if precision else ""
-    if _dtype_supported(dtype, target):
+    """(precision the target runs a kernel in, or the same one; a sentence when it had to change),
+    down the precision table's fallbacks (pygpuperf.core.precision): bf16 on a card without bf16
+    (V100, Turing) runs as fp16, TF32 before Ampere as plain fp32 on the vector units, fp8 and int8
+    where absent as fp16, any of them as fp32 when the card has no fp16 figure at all."""
+    dtype = dtype_of(precision) if precision else ""
+    if target.supports(dtype):
         return precision, None
-    for substitute in _SUBSTITUTES.get(dtype, ()):
-        if _dtype_supported(substitute, target):
+    for substitute in fallbacks(dtype):
+        if target.supports(substitute):
             accumulate = precision.split(".", 1)[1] if "." in precision else ""
             new = substitute if substitute == "fp32" or not accumulate else f"{substitute}.{accumulate}"
             return new, f"{dtype} is not supported: runs as {substitute}"
@@ -163,14 +150,13 @@ def _on_target(record: KernelRecord, target: MachineModel) -> tuple[KernelRecord
     new_precision, note = runs_as(precision, target)
     if new_precision == precision:
         return record, None
-    old_w = _WIDTH.get(attribution._dtype(precision), 2)
-    new_w = _WIDTH.get(attribution._dtype(new_precision), 2)
-    # fp32 instead of a tensor-core dtype: on a card without fp32-input tensor cores the GEMM lands on the CUDA cores
     cls = record.kernel_class
-    if cls == TENSOR_GEMM and attribution._dtype(new_precision) == "fp32" and "tensor.tf32.acc32" not in target.compute:
+    if cls == TENSOR_GEMM and target.matrix_ceiling(new_precision) is None:
+        # No tensor-core figure for what it runs as (fp32 before Ampere): the GEMM lands on the vector units.
         cls = VECTOR_MATH
+        note = f"{note} on the vector units"
     return dataclasses.replace(record, precision=new_precision, kernel_class=cls,
-                               bytes=record.bytes * new_w / old_w), note
+                               bytes=record.bytes * bytes_of(new_precision) / bytes_of(precision)), note
 
 
 @dataclass
@@ -322,38 +308,6 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
 # --------------------------------------------------------------------------- models from the command line
 
 
-@dataclass
-class Card:
-    name: str
-    model: MachineModel
-
-
-def load_card(spec: str) -> Card:
-    """"datasheet:<slug>" or a results.json with a machine model. Raises UsageError."""
-    if spec.startswith(DATASHEET_PREFIX):
-        slug = spec[len(DATASHEET_PREFIX):]
-        try:
-            return Card(slug, machine_model.machine_model(slug))
-        except machine_model.UnknownCardError as exc:
-            raise UsageError(str(exc)) from None
-    from pygpuperf.core import documents
-
-    path = Path(spec)
-    if not path.is_file():
-        raise UsageError(f"{spec!r} is neither datasheet:<card> nor a results.json file; "
-                         f"cards: {', '.join(machine_model.card_keys())}")
-    try:
-        results = documents.load_results(path)
-        if results.machine_model is None:
-            raise UsageError(f"{spec}: has no machine model; run the compute and memory probes first")
-        validation.check_machine_model(results.machine_model, validation.one_line(spec, 120))
-    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
-        raise UsageError(f"{validation.one_line(spec, 120)}: cannot use these results ({validation.one_line(exc)})") \
-            from None
-    device = results.meta.get("device", {}) if isinstance(results.meta.get("device"), dict) else {}
-    return Card(validation.one_line(device.get("name") or path.stem, 60), results.machine_model)
-
-
 def _unprofiled_step_us(profile_path: Path) -> float | None:
     """step_ms of throughput.json next to an explain.json written before explain.json kept its throughput."""
     folder = profile_path if profile_path.is_dir() else profile_path.parent
@@ -397,7 +351,7 @@ class ValidationGroup:
         return sum(abs(r.error) for r in self.rows) / len(self.rows) if self.rows else math.nan
 
 
-def validate(profile: Explanation, source: Card, published: dict[str, Any], *,
+def validate(profile: Explanation, source: LoadedModel, published: dict[str, Any], *,
              source_step_us: float | None = None) -> list[ValidationGroup]:
     """Predicted vs published throughput ratios, per group of the document, for its `precision` figures.
 
@@ -424,7 +378,7 @@ def validate(profile: Explanation, source: Card, published: dict[str, Any], *,
         for f in usable:
             slug = f.get("priced_as", f["card"])
             if slug not in cache:
-                target = load_card(DATASHEET_PREFIX + slug)
+                target = load_model(DATASHEET_PREFIX + slug)
                 cache[slug] = predict(profile, source.model, target.model, source_step_us=source_step_us).throughput
             predicted[f["card"]] = cache[slug]
         figure = {f["card"]: float(f["samples_per_s"]) for f in usable}

@@ -13,7 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pygpuperf.facts import datasheets
-from pygpuperf.analyze import transfers
+from pygpuperf.analyze import diagnostics, transfers
+from pygpuperf.facts import peaks
 from pygpuperf.core.units import figure as _fmt, format_bytes, format_number
 from pygpuperf.core.results import Measurement, Results, best_per_backend, is_series_point
 
@@ -22,17 +23,16 @@ _WORKLOAD_KEYS = ("batch_size", "image_size", "precision", "memory_format")
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-# Share of the datasheet figure below which a row is flagged, by family (the findings' thresholds).
-_LOW_SHARE = {"memory": 0.85, "compute": 0.80, "transfer": 0.75, "collective": 0.75}
-# Above the datasheet by more than this is a probe bug, not a record.
-_ABOVE_SHARE = 1.02
+# Share of the datasheet figure below which a row is flagged, by family: the findings' thresholds.
+_LOW_SHARE = {"memory": diagnostics.BANDWIDTH_SHARE, "compute": diagnostics.TENSOR_SHARE,
+              "transfer": transfers.LINK_EFFICIENCY_FLOOR, "collective": transfers.LINK_EFFICIENCY_FLOOR}
 
 
 def datasheet_flag(name: str, percent: float | None) -> str:
     """'low' or 'above datasheet' against the card's figure; '' when fine or not comparable."""
     if percent is None:
         return ""
-    if percent > 100 * _ABOVE_SHARE:
+    if percent > 100 * peaks.PEAK_MARGIN:  # above the datasheet: a probe bug, not a record
         return "above datasheet"
     low = _LOW_SHARE.get(name.split(".", 1)[0])
     return "low" if low is not None and percent < 100 * low else ""

@@ -20,6 +20,7 @@ from pygpuperf.measure import pairs
 from pygpuperf.core import torch_flags
 from pygpuperf.measure.backends.base import Backend, RunSettings, memory_level
 from pygpuperf.facts.cpu import cpu_cache_facts, host_memory_bytes
+from pygpuperf.core.precision import PRECISIONS
 from pygpuperf.core.results import Measurement
 from pygpuperf.core.timing import make_timer, synchronize
 
@@ -328,15 +329,11 @@ class MemoryProbe(Probe):
 
 # --------------------------------------------------------------------------- library matmul
 
-_MATMUL_DTYPES = {
-    "fp32": torch.float32,
-    "tf32": torch.float32,
-    "fp16": torch.float16,
-    "fp16acc16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp8": getattr(torch, "float8_e4m3fn", None),  # through torch._scaled_mm, bf16 output
-    "int8": torch.int8,  # through torch._int_mm, int32 output
-}
+# compute.library.<variant>: a precision, or fp16acc16 (fp16 accumulating in fp16); fp8 runs through
+# torch._scaled_mm (bf16 output), int8 through torch._int_mm (int32 output).
+_MATMUL_VARIANTS = ("fp32", "tf32", "fp16", "fp16acc16", "bf16", "fp8", "int8")
+_MATMUL_DTYPES = {v: getattr(torch, PRECISIONS[v.removesuffix("acc16")].torch_dtype or "", None)
+                  for v in _MATMUL_VARIANTS}
 # Relative Frobenius error bounds of the method; NaN never passes. int8 must be exact.
 _MATMUL_TOLERANCE = {"fp32": 1e-5, "tf32": 5e-3, "fp16": 1e-2, "bf16": 1e-2, "fp16acc16": 5e-2, "fp8": 2e-2,
                      "int8": 1e-12}
