@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pygpuperf.core import documents
-from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.cli.collectives import main
 from pygpuperf.measure.collectives import (OPS, QUICK_SIZES, SIZES, bandwidths, bus_factor, message_bytes, message_sizes, parse_size, run_collectives)
 
@@ -39,7 +39,7 @@ def test_gloo_measures_every_op_and_size_verified(gloo):
         assert m.stats.n == len(m.sample_seconds) == FEW.samples
         assert all(s > 0 for s in m.sample_seconds)
         p = m.params
-        assert (p["world_size"], p["hosts"], p["communication_backend"], p["dtype"]) == ("2", "1", "gloo", "fp32")
+        assert (p["world_size"], p["hosts"], p["communication_backend"], p["dtype"]) == (2, 1, "gloo", "fp32")
         assert p["counting"] == "nccl-tests: algbw = S / t, busbw = algbw x factor"
 
 
@@ -47,12 +47,12 @@ def test_gloo_figures_follow_nccl_tests_counting(gloo):
     for m in gloo:
         op = m.name.split(".")[1]
         size, factor = int(m.params["size_bytes"]), bus_factor(op, 2)
-        assert float(m.params["bus_factor"]) == factor
-        # Declared bytes make the one throughput formula give busbw; nothing is counted as written.
-        assert m.bytes_read == size * factor and m.bytes_written == 0 and m.flops == 0
+        assert m.bus_factor == factor
+        # The bytes are the message size S; busbw is S / t times the bus factor; nothing is written.
+        assert m.bytes_read == size and m.bytes_written == 0 and m.flops == 0
         assert m.value == pytest.approx(statistics.median(size * factor / s / 1e9 for s in m.sample_seconds))
-        assert m.value == pytest.approx(float(m.params["algbw_gbs"]) * factor, rel=1e-5)  # busbw = algbw x factor
-        assert float(m.params["time_us"]) == pytest.approx(statistics.median(m.sample_seconds) * 1e6, rel=1e-5)
+        assert m.value == pytest.approx(m.params["algbw_gbs"] * factor, rel=1e-5)  # busbw = algbw x factor
+        assert m.params["time_s"] == pytest.approx(statistics.median(m.sample_seconds), rel=1e-5)
 
 
 @pytest.mark.parametrize("n, all_reduce, gather", [(2, 1.0, 0.5), (4, 1.5, 0.75), (8, 1.75, 0.875)])
@@ -125,7 +125,7 @@ def _check_results_file(path, expected, world_size, launch):
     ops = {op for op, _ in expected}
     for m in results.measurements:
         assert m.verified and m.device == f"cpu x{world_size}", m.verify_detail
-        assert float(m.params["bus_factor"]) == bus_factor(m.name.split(".")[1], world_size)
+        assert m.bus_factor == bus_factor(m.name.split(".")[1], world_size)
     facts = results.meta["collectives"]
     assert (facts["world_size"], facts["launch"], facts["communication_backend"]) == (world_size, launch, "gloo")
     assert set(results.machine_model.communication) == set(ops)
@@ -201,8 +201,8 @@ def test_nccl_on_two_gpus():
         assert m.verified, m.verify_detail
         assert m.backend == "torch-cuda" and m.device == "cuda x2"
         assert m.params["communication_backend"] == "nccl"
-        assert m.value == pytest.approx(float(m.params["algbw_gbs"]) * float(m.params["bus_factor"]), rel=1e-5)
-    large = [m for m in ms if m.params["size_bytes"] == str(64 * MiB)]
+        assert m.value == pytest.approx(m.params["algbw_gbs"] * m.bus_factor, rel=1e-5)
+    large = [m for m in ms if m.params["size_bytes"] == 64 * MiB]
     assert all(m.value > 1.0 for m in large), [(m.name, m.value) for m in large]  # GB/s: any GPU link does this
     poisoned = run_collectives("cuda", 2, OPS, [MiB], settings=RunSettings(warmup=0, samples=2, poison_after_runs=True))
     assert not any(m.verified for m in poisoned)

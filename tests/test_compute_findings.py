@@ -69,7 +69,7 @@ def test_rate_per_clock_per_sm_uses_the_measured_clock():
     m = tensor("compute.tensor.fp16.acc32", 900.0, sm_mhz=1800)
     conclude.annotate_rates_per_clock([m], H200)
     assert float(m.params["flop_per_clock_per_sm"]) == pytest.approx(900e12 / (132 * 1800e6), rel=1e-3)
-    assert m.params["measured_sm_clock_mhz"] == "1800"
+    assert m.params["measured_sm_clock_mhz"] == 1800
 
 
 def test_missing_native_extension_is_the_first_finding():

@@ -16,7 +16,7 @@ from pygpuperf.analyze import hierarchy
 from pygpuperf.facts import cpu
 from pygpuperf.core import documents
 from pygpuperf.measure import native
-from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.backends.portable import PortableBackend
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"extension not built: {native.IMPORT_ERROR}")
@@ -121,7 +121,7 @@ def test_latency_sweep_variants_and_accounting():
         assert r.verified, r.verify_detail
         p = r.params
         assert int(p["window_bytes"]) == int(p["footprint_bytes"]) == window
-        assert int(p["lines"]) == window // 64 and p["stride_bytes"] == "64" and p["threads"] == "1"
+        assert int(p["lines"]) == window // 64 and p["stride_bytes"] == 64 and p["threads"] == 1
         assert r.operations == int(p["loads"]) >= 1024
         assert r.bytes_read == r.bytes_written == r.flops == 0
         ns = [s / r.operations * 1e9 for s in r.sample_seconds]
@@ -139,7 +139,7 @@ def test_latency_chase_poison_fails_verification():
 def test_native_scale_stream():
     r = native.run_probe("memory.dram.scale", CPU, warmup=1, samples=2, size_bytes=8 * MiB)
     assert r.verified, r.verify_detail
-    assert r.bytes_read == r.bytes_written == 8 * MiB and r.flops == MiB and r.params["scalar"] == "3"
+    assert r.bytes_read == r.bytes_written == 8 * MiB and r.flops == MiB and r.params["scalar"] == 3
     assert not native.run_probe("memory.dram.scale", CPU, warmup=0, samples=1, size_bytes=8 * MiB,
                                 poison_after_runs=True).verified
 
@@ -151,7 +151,7 @@ def test_portable_scale_and_triad_count_and_verify(kind, reads, flops_per_elemen
     m = backend.measure(f"memory.dram.{kind}", CPU, settings)
     assert m.verified, m.verify_detail
     assert m.bytes_read == reads * 4 * MiB and m.bytes_written == 4 * MiB
-    assert m.flops == flops_per_element * MiB and m.params["scalar"] == "3"
+    assert m.flops == flops_per_element * MiB and m.params["scalar"] == 3
     poisoned = backend.measure(f"memory.dram.{kind}", CPU, RunSettings(warmup=0, samples=1, size_bytes=4 * MiB,
                                                                       poison_after_runs=True))
     assert not poisoned.verified and "differ" in poisoned.verify_detail

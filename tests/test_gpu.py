@@ -13,7 +13,7 @@ import torch
 from pygpuperf.core import documents
 from pygpuperf.facts import host
 from pygpuperf.measure import native
-from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.backends.native import NativeBackend
 from pygpuperf.measure.backends.portable import PortableBackend
 from pygpuperf.facts import peaks

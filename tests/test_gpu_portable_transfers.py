@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pygpuperf.measure import pairs
-from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.backends.portable import (QUICK_TRANSFER_SIZES, TRANSFER_SIZES, BidirTransferProbe, PortableBackend,
                                           TransferProbe, copies_per_run, run_probe)
 
@@ -70,13 +70,13 @@ def test_sizing_and_accounting_through_the_probe_sequence(direction):
     probe.use_variant("16KiB")
     run = run_probe(probe, CPU, RunSettings(warmup=0, samples=2))
     assert run.verified, run.verify_detail
-    assert run.params["bytes"] == str(16 * KiB) and run.params["copies_per_run"] == "256"
+    assert run.params["bytes"] == 16 * KiB and run.params["copies_per_run"] == 256
     assert run.work.bytes_read == 16 * KiB * 256 and run.work.bytes_written == 0
     assert run.params["host_memory"] == "pageable" and run.params["engine"] == "copy engine"
     assert run.params["direction"] == ("host to device" if direction == "h2d" else "device to host")
     probe.use_variant("")  # "" = settings.size_bytes
     run = run_probe(probe, CPU, RunSettings(warmup=0, samples=1, size_bytes=8 * MiB))
-    assert run.params["bytes"] == str(8 * MiB) and run.params["copies_per_run"] == "1"
+    assert run.params["bytes"] == 8 * MiB and run.params["copies_per_run"] == 1
     poisoned = run_probe(probe, CPU, RunSettings(warmup=0, samples=1, size_bytes=64 * KiB, poison_after_runs=True))
     assert not poisoned.verified
 
@@ -124,7 +124,7 @@ def _check_copy(m, size: int, directions: int = 1) -> None:
     assert m.verified, m.verify_detail
     assert m.backend == "torch-cuda" and m.value > 0 and m.stats.n == FEW.samples
     copies = copies_per_run(size)
-    assert m.params["bytes"] == str(size) and m.params["copies_per_run"] == str(copies)
+    assert m.params["bytes"] == size and m.params["copies_per_run"] == copies
     assert m.bytes_read == directions * size * copies and m.bytes_written == 0
     assert m.params["engine"] == "copy engine" and m.params["variant"]
 
@@ -143,7 +143,7 @@ def test_sized_host_transfers_verify(name, size):
 @pytest.mark.gpu
 def test_default_size_is_256_mib():
     m = backend.measure("transfer.h2d.pinned", GPU, RunSettings(warmup=1, samples=3))
-    assert m.verified and m.params["bytes"] == str(256 * MiB) and m.params["copies_per_run"] == "1"
+    assert m.verified and m.params["bytes"] == 256 * MiB and m.params["copies_per_run"] == 1
 
 
 @pytest.mark.gpu

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.backends.portable import LibraryMatmulProbe, PortableBackend, run_probe
 
 CPU = torch.device("cpu")
@@ -61,14 +61,14 @@ def test_exact_work_accounting() -> None:
     copy = backend.measure("memory.dram.copy", CPU, SETTINGS)
     assert copy.bytes_read == copy.bytes_written == BUFFER_BYTES
     assert copy.flops == 0
-    assert copy.params["buffer_bytes"] == str(BUFFER_BYTES)
+    assert copy.params["buffer_bytes"] == BUFFER_BYTES
     read = backend.measure("memory.dram.read", CPU, SETTINGS)
     assert read.bytes_read == BUFFER_BYTES and read.bytes_written == 0
     write = backend.measure("memory.dram.write", CPU, SETTINGS)
     assert write.bytes_read == 0 and write.bytes_written == BUFFER_BYTES
     matmul = backend.measure("compute.library.fp32", CPU, MATMUL_SETTINGS)
     n = int(matmul.params["N"])
-    assert n == MATMUL_N and matmul.params["M"] == matmul.params["K"] == str(n)
+    assert n == MATMUL_N and matmul.params["M"] == matmul.params["K"] == n
     assert matmul.flops == 2 * n**3
     assert matmul.bytes_read == matmul.bytes_written == 0
     assert matmul.unit == "TFLOP/s"
@@ -119,7 +119,7 @@ def test_unknown_probe_and_bad_settings() -> None:
 
 def test_matmul_size_from_size_bytes_is_a_multiple_of_64() -> None:
     m = backend.measure("compute.library.fp32", CPU, RunSettings(warmup=0, samples=1, size_bytes=3 * 4 * 200 * 200))
-    assert m.params["N"] == "192"
+    assert m.params["N"] == 192
 
 
 def test_cpu_matmul_shape_variants_and_gpu_only_dtypes():

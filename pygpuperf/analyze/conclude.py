@@ -151,8 +151,8 @@ def annotate_rates_per_clock(measurements: list[Measurement], device_meta: dict[
     for m in measurements:
         mhz = m.telemetry.median_sm_clock_mhz() if m.telemetry else None
         if sms and mhz and m.usable and m.name.startswith("compute."):
-            m.params["flop_per_clock_per_sm"] = f"{m.value * 1e12 / (sms * mhz * 1e6):.1f}"
-            m.params["measured_sm_clock_mhz"] = f"{mhz:.0f}"
+            m.params["flop_per_clock_per_sm"] = round(m.value * 1e12 / (sms * mhz * 1e6), 1)
+            m.params["measured_sm_clock_mhz"] = round(mhz)
 
 
 def compute_findings(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:

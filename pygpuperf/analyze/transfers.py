@@ -183,10 +183,10 @@ def _best(measurements: Iterable[Measurement], name: str) -> Measurement | None:
     return max(usable, key=lambda m: m.value) if usable else None
 
 
-def _nodes(value: str | None) -> set[int]:
-    """NUMA nodes a probe recorded: "0", "0,1" (source and destination apart); none for "unknown" or "-1"."""
+def _nodes(value: int | str | None) -> set[int]:
+    """NUMA nodes a probe recorded: 0, "0,1" (source and destination apart); none for "unknown" or -1."""
     nodes = set()
-    for part in (value or "").split(","):
+    for part in str("" if value is None else value).split(","):
         try:
             node = int(part)
         except ValueError:

@@ -23,7 +23,7 @@ from pygpuperf.cli import common as cli
 from pygpuperf.core import stopping
 from pygpuperf.core.errors import UsageError
 from pygpuperf.core.results import Measurement, Results
-from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.collectives import (COUNTING, OPS, QUICK_SETTINGS, SETTINGS, default_world_size, device_label,
                                            launched_by_torchrun, message_sizes, parse_size, run_collectives,
                                            run_launched)

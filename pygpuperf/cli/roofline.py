@@ -30,7 +30,7 @@ from pygpuperf.facts import host
 from pygpuperf.measure import meta
 from pygpuperf.core import stopping
 from pygpuperf.measure import suite
-from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.facts.device import device_slug, resolve_device
 from pygpuperf.core.errors import UsageError
 from pygpuperf.report.chart import roofline_charts

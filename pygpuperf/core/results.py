@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -104,6 +105,34 @@ class Telemetry:
         return float(np.median(self.sm_clock_mhz)) if self.sm_clock_mhz else None
 
 
+# A measurement parameter: a number where it counts something, text where it names something.
+ParamValue = int | float | str | bool
+# Parameters that name something however they are spelled: a variant called "8192" is a name.
+TEXT_PARAMS = frozenset({"variant", "source_variant"})
+_INTEGER = re.compile(r"^[+-]?\d+$")
+_REAL = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+
+
+def typed_param(key: str, value: Any) -> ParamValue:
+    """A parameter as a value: numbers as int or float, the rest as text. Applied where text arrives
+    (the native extension's string map, documents written before parameters were typed)."""
+    if key in TEXT_PARAMS:
+        return str(value)
+    if isinstance(value, (bool, int, float)):
+        return value
+    text = str(value)
+    if _INTEGER.match(text):
+        return int(text)
+    if _REAL.match(text):
+        number = float(text)
+        return number if math.isfinite(number) else text
+    return text
+
+
+def typed_params(params: dict[str, Any] | None) -> dict[str, ParamValue]:
+    return {str(k): typed_param(str(k), v) for k, v in (params or {}).items()}
+
+
 @dataclass
 class Measurement:
     name: str
@@ -118,11 +147,14 @@ class Measurement:
     device: str
     verified: bool
     verify_detail: str = ""
-    params: dict[str, str] = field(default_factory=dict)
+    params: dict[str, ParamValue] = field(default_factory=dict)
     sample_seconds: list[float] = field(default_factory=list)
     telemetry: Telemetry | None = None
     status: str = "ok"  # "ok", "waived" or "error"
     reason: str = ""  # why it was waived or failed
+    # The value is bytes / time x this: a collective's bus factor (nccl-tests' busbw from the message
+    # size, pygpuperf.measure.collectives.bus_factor); 1 for everything else.
+    bus_factor: float = 1.0
 
     @staticmethod
     def from_samples(
@@ -137,10 +169,12 @@ class Measurement:
         verified: bool,
         operations: float = 0.0,
         verify_detail: str = "",
-        params: dict[str, str] | None = None,
+        params: dict[str, Any] | None = None,
         telemetry: Telemetry | None = None,
+        bus_factor: float = 1.0,
     ) -> "Measurement":
-        values = [throughput(name, s, bytes_read, bytes_written, flops, operations) for s in sample_seconds if s > 0]
+        values = [throughput(name, s, bytes_read, bytes_written, flops, operations) * bus_factor
+                  for s in sample_seconds if s > 0]
         if not values:
             raise ValueError(f"{name}: no positive sample times")
         stats = Stats.of(values)
@@ -157,9 +191,10 @@ class Measurement:
             device=device,
             verified=bool(verified),
             verify_detail=verify_detail,
-            params={str(k): str(v) for k, v in (params or {}).items()},
+            params=typed_params(params),
             sample_seconds=[float(s) for s in sample_seconds],
             telemetry=telemetry,
+            bus_factor=float(bus_factor),
         )
 
     @staticmethod
@@ -417,6 +452,7 @@ class Results:
             d["value"] = _num(d["value"])
             d["stats"] = Stats(**{k: _num(v) if k != "n" else v for k, v in d["stats"].items()})
             d["telemetry"] = Telemetry(**d["telemetry"]) if d.get("telemetry") else None
+            d["params"] = typed_params(d.get("params"))
             return Measurement(**d)
 
         def model(d: dict[str, Any] | None) -> MachineModel | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from typing import Any, Callable
 
 import torch
 
@@ -81,3 +82,43 @@ def make_timer(device: torch.device, samples: int) -> SampleTimer:
     if device.type == "cuda":
         return EventTimer(device, samples)
     return WallClockTimer(device, samples)
+
+
+# Device cycles of spin per queued sample (torch.cuda._sleep) while the host queues the samples.
+SPIN_CYCLES_PER_SAMPLE = 100_000
+
+
+def sample_seconds(run: Callable[[], Any], device: torch.device, warmup: int, samples: int, *,
+                   before_sample: Callable[[], Any] | None = None, spin: bool = False,
+                   before_timing: Callable[[], Any] | None = None) -> list[float]:
+    """The one timing loop (pgp::measure's, in Python), every timed thing goes through it: probes,
+    collectives, a model's steps.
+
+    `warmup` untimed runs, then `samples` timed ones, each after `before_sample` (untimed: an L2
+    flush, a buffer reset, a barrier); device events on CUDA, the wall clock with the device drained
+    around each sample elsewhere. `before_timing` runs once between the two (a barrier across ranks).
+    With `spin`, the GPU first spins for about as long as the host takes to queue every sample, so
+    the events time the runs back to back on the device rather than the host's launch rate; a
+    model's steps are timed without it, as a training loop runs them.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be non-negative, got {warmup}")
+    for _ in range(warmup):
+        if before_sample is not None:
+            before_sample()
+        run()
+    synchronize(device)
+    if before_timing is not None:
+        before_timing()
+    timer = make_timer(device, samples)
+    if spin and device.type == "cuda" and hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(SPIN_CYCLES_PER_SAMPLE * samples)
+    for i in range(samples):
+        if before_sample is not None:
+            before_sample()
+        timer.start(i)
+        run()
+        timer.stop(i)
+    return timer.seconds()

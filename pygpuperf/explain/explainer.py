@@ -90,7 +90,7 @@ def quick_machine_model(device: torch.device | str) -> MachineModel:
     from pygpuperf.analyze import conclude
     from pygpuperf.measure import meta
     from pygpuperf.measure import suite
-    from pygpuperf.measure.backends.base import RunSettings
+    from pygpuperf.measure.probe import RunSettings
     from pygpuperf.core.results import Results
 
     device = torch.device(device)

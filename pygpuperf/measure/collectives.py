@@ -26,14 +26,16 @@ import statistics
 import tempfile
 import threading
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
 
-from pygpuperf.measure.backends.base import RunSettings
+from pygpuperf.core.timing import sample_seconds
+from pygpuperf.measure.probe import RunSettings
+from pygpuperf.measure.probe import Probe, Work
 from pygpuperf.core.units import format_bytes
 from pygpuperf.core.results import Measurement, Results
 
@@ -52,8 +54,6 @@ _ITEM = 4
 _ROOT = 0  # broadcast's source rank
 # Verification looks at this many elements at a time, bounding its temporary memory.
 _VERIFY_CHUNK = 16 * MiB
-# Device cycles of spin per queued sample (torch.cuda._sleep) while the host queues the samples.
-_SPIN_CYCLES_PER_SAMPLE = 100_000
 _LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
@@ -149,9 +149,10 @@ def _chunks(count: int) -> Iterable[tuple[int, int]]:
 # --------------------------------------------------------------------------- operations
 
 
-class _Collective(ABC):
-    """One collective on one message size, on this rank: setup -> poison -> (prepare, run) x
-    warm-up and samples -> wrong() -> teardown."""
+class _Collective(Probe):
+    """One collective on one message size, on this rank, as a probe: setup -> poison -> (prepare,
+    run) x warm-up and samples -> verify -> teardown. Its work is the message size S; busbw is S / t
+    times :func:`bus_factor`."""
 
     op: str
     function: str  # the torch.distributed call, for params
@@ -160,24 +161,32 @@ class _Collective(ABC):
     def __init__(self, size_bytes: int, rank: int, world_size: int, device: torch.device) -> None:
         self.size_bytes = message_bytes(self.op, size_bytes, world_size)
         self.rank, self.world_size, self.device = rank, world_size, device
+        self.name = f"collective.{self.op}"
+        self.description = f"{self.function} through torch.distributed"
+
+    def setup(self, device: torch.device | None = None, settings: RunSettings | None = None) -> None:
+        """Allocate; fill inputs with this rank's data."""
+        self.allocate()
 
     @abstractmethod
-    def setup(self) -> None:
-        """Allocate; fill inputs with this rank's data."""
+    def allocate(self) -> None: ...
+
+    def work(self) -> Work:
+        return Work(bytes_read=float(self.size_bytes))
 
     def prepare(self) -> None:
         """Untimed work before each run."""
 
-    @abstractmethod
-    def run(self) -> None: ...
-
-    @abstractmethod
-    def poison(self) -> None:
-        """Overwrite this rank's output with NaN, a value no correct run produces."""
+    def before_sample(self) -> None:
+        self.prepare()
 
     @abstractmethod
     def wrong(self) -> int:
         """Elements of this rank's output that differ from the expected result."""
+
+    def verify(self) -> tuple[bool, str]:
+        wrong = self.wrong()
+        return wrong == 0, f"this rank matches: {self.checks}" if wrong == 0 else f"{wrong} elements wrong here"
 
     def teardown(self) -> None:
         """Drop every tensor (also after a setup that failed half way)."""
@@ -190,7 +199,7 @@ class _AllReduce(_Collective):
     op, function = "all_reduce", "all_reduce(SUM)"
     checks = "every rank holds the sum of all ranks' inputs"
 
-    def setup(self) -> None:
+    def allocate(self) -> None:
         self.count = self.size_bytes // _ITEM
         self.input = _values(self.rank, 0, self.count, self.device)
         self.buffer = torch.empty_like(self.input)
@@ -215,7 +224,7 @@ class _AllGather(_Collective):
     op, function = "all_gather", "all_gather_single"
     checks = "every rank holds every rank's input in rank order"
 
-    def setup(self) -> None:
+    def allocate(self) -> None:
         self.part = self.size_bytes // (_ITEM * self.world_size)
         self.input = _values(self.rank, 0, self.part, self.device)
         self.output = torch.empty(self.part * self.world_size, dtype=_DTYPE, device=self.device)
@@ -240,7 +249,7 @@ class _ReduceScatter(_Collective):
     op, function = "reduce_scatter", "reduce_scatter_single(SUM)"
     checks = "rank k holds block k of the sum of all ranks' inputs"
 
-    def setup(self) -> None:
+    def allocate(self) -> None:
         self.part = self.size_bytes // (_ITEM * self.world_size)
         self.input = _values(self.rank, 0, self.part * self.world_size, self.device)
         self.output = torch.empty(self.part, dtype=_DTYPE, device=self.device)
@@ -262,7 +271,7 @@ class _Broadcast(_Collective):
     op, function = "broadcast", f"broadcast(src={_ROOT})"
     checks = f"every rank holds rank {_ROOT}'s input"
 
-    def setup(self) -> None:
+    def allocate(self) -> None:
         self.count = self.size_bytes // _ITEM
         if self.rank == _ROOT:
             self.buffer = _values(_ROOT, 0, self.count, self.device)
@@ -300,35 +309,18 @@ def _reduce(values: Sequence[float], op: dist.ReduceOp, dtype: torch.dtype, devi
 
 
 def _sample_seconds(coll: _Collective, device: torch.device, settings: RunSettings) -> list[float]:
-    """This rank's time of each sample, one operation per sample."""
-    for _ in range(settings.warmup):
+    """This rank's time of each sample, one operation per sample, through the one timing loop. On a GPU
+    the ranks meet once, then the GPU spins while the host queues every sample, so the events time the
+    operations back to back (as nccl-tests' loop does); on the CPU the ranks meet before each sample."""
+    on_gpu = device.type == "cuda"
+
+    def before() -> None:
         coll.prepare()
-        coll.run()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        _barrier(device)
-        begin = [torch.cuda.Event(enable_timing=True) for _ in range(settings.samples)]
-        end = [torch.cuda.Event(enable_timing=True) for _ in range(settings.samples)]
-        # The GPU spins while the host queues every sample, so the events time the operations
-        # back to back on the device and not the host's launch cost (as nccl-tests' loop does).
-        sleep = getattr(torch.cuda, "_sleep", None)
-        if sleep is not None:
-            sleep(_SPIN_CYCLES_PER_SAMPLE * settings.samples)
-        for i in range(settings.samples):
-            coll.prepare()
-            begin[i].record()
-            coll.run()  # NCCL's stream waits for the current stream and the current one for it
-            end[i].record()
-        end[-1].synchronize()
-        return [b.elapsed_time(e) / 1e3 for b, e in zip(begin, end)]
-    seconds = []
-    for _ in range(settings.samples):
-        coll.prepare()
-        _barrier(device)  # every rank starts the sample together
-        start = time.perf_counter()
-        coll.run()
-        seconds.append(time.perf_counter() - start)
-    return seconds
+        if not on_gpu:
+            _barrier(device)  # every rank starts the sample together
+
+    return sample_seconds(coll.run, device, settings.warmup, settings.samples, before_sample=before, spin=on_gpu,
+                          before_timing=(lambda: _barrier(device)) if on_gpu else None)
 
 
 def _group_facts(device: torch.device) -> dict[str, object]:
@@ -394,7 +386,7 @@ def _measure_one(coll: _Collective, device: torch.device, settings: RunSettings,
     name = f"collective.{coll.op}"
     error = ""
     try:
-        coll.setup()
+        coll.setup(device, settings)
     except RuntimeError as exc:  # torch.OutOfMemoryError too: the other ranks must hear of it
         error = " ".join(str(exc).split())[:300]
     failed = _reduce([1.0 if error else 0.0], dist.ReduceOp.MAX, torch.float64, device)[0]
@@ -419,22 +411,22 @@ def _measure_one(coll: _Collective, device: torch.device, settings: RunSettings,
     m = Measurement.from_samples(
         name,
         sample_seconds=slowest,
-        bytes_read=coll.size_bytes * factor,  # so the one throughput formula gives busbw
+        bytes_read=coll.work().bytes_read,  # the message size S: algbw = S / t
         bytes_written=0.0,
         flops=0.0,
         backend=backend,
         device=label,
         verified=wrong == 0,
         verify_detail=detail,
+        bus_factor=factor,  # busbw = algbw x factor, the value
     )
     m.params = {
         "op": coll.function,
-        "size_bytes": str(coll.size_bytes),
-        "algbw_gbs": f"{m.value / factor:.6g}",  # median of per-sample S / t
-        "time_us": f"{statistics.median(slowest) * 1e6:.6g}",  # median of per-sample slowest-rank times
-        "bus_factor": repr(factor),
-        "world_size": str(world),
-        "hosts": str(len(facts["hostnames"])),  # type: ignore[arg-type]
+        "size_bytes": coll.size_bytes,
+        "algbw_gbs": m.value / factor,  # median of per-sample S / t
+        "time_s": statistics.median(slowest),  # median of per-sample slowest-rank times
+        "world_size": world,
+        "hosts": len(facts["hostnames"]),  # type: ignore[arg-type]
         "communication_backend": str(facts["communication_backend"]),
         "dtype": "fp32",
         "timing": f"{timing}; each sample is the slowest rank's time",

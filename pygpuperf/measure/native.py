@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from pygpuperf.core.results import ParamValue, typed_params
+
 REBUILD = "pip install --no-build-isolation -e ."
 
 
@@ -107,7 +109,7 @@ class NativeRun:
     operations: float
     verified: bool
     verify_detail: str
-    params: dict[str, str]
+    params: dict[str, ParamValue]  # typed at this boundary: the extension returns text
 
 
 def run_probe(
@@ -128,4 +130,4 @@ def run_probe(
     out = _ops().run_probe(name, device, variant, warmup, samples, size_bytes, poison_after_runs)
     seconds, bytes_read, bytes_written, flops, operations, verified, detail, params = out
     return NativeRun(list(seconds), bytes_read, bytes_written, flops, operations, bool(verified), str(detail),
-                     dict(params))
+                     typed_params(dict(params)))

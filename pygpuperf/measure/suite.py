@@ -8,7 +8,8 @@ from typing import Callable, Iterable
 import torch
 
 from pygpuperf.facts import nvml
-from pygpuperf.measure.backends.base import Backend, RunSettings
+from pygpuperf.measure.backends.base import Backend
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.backends.native import NativeBackend
 from pygpuperf.measure.backends.portable import PortableBackend
 from pygpuperf.core.errors import UsageError

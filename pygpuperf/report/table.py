@@ -244,7 +244,7 @@ def collectives_table(measurements: Sequence[Measurement], title: str = "collect
             table.add_row(this_op, "-", "-", "-", "-", "-", "-", f"[dim]{m.status}[/dim] {escape(m.reason[:80])}")
             continue
         check = "[green]verified[/green]" if m.verified else "[bold red]WRONG[/bold red]"
-        table.add_row(this_op, format_bytes(float(m.params["size_bytes"])), _fmt(float(m.params["time_us"])),
+        table.add_row(this_op, format_bytes(float(m.params["size_bytes"])), _fmt(float(m.params["time_s"]) * 1e6),
                       _fmt(float(m.params["algbw_gbs"])), _fmt(m.value),
                       f"{_fmt(m.stats.p5)}-{_fmt(m.stats.p95)}", f"{100 * m.stats.cv:.1f}%", check)
     return table

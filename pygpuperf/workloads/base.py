@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from pygpuperf.core.timing import make_timer, synchronize
+from pygpuperf.core.timing import sample_seconds, synchronize
 from pygpuperf.core.results import Stats, WorkloadResult
 from pygpuperf.workloads.accounting import BYTES_NOTE, FLOPS_NOTE, count_step
 from pygpuperf.workloads.knobs import KnobSpec
@@ -81,17 +81,10 @@ def default_steps(device: torch.device) -> tuple[int, int]:
 
 
 def time_steps(step: Callable[[], Any], device: torch.device, warmup: int, steps: int) -> list[float]:
-    """Seconds of each of `steps` calls of `step` after `warmup` untimed ones: device events on
-    'cuda' (no host sync between steps, as in training), the wall clock elsewhere."""
-    for _ in range(warmup):
-        step()
-    synchronize(device)
-    timer = make_timer(device, steps)
-    for i in range(steps):
-        timer.start(i)
-        step()
-        timer.stop(i)
-    return timer.seconds()
+    """Seconds of each of `steps` calls of `step` after `warmup` untimed ones, through the one timing
+    loop (core.timing.sample_seconds): device events on 'cuda' with no host sync between steps and no
+    spin, as a training loop runs them; the wall clock elsewhere."""
+    return sample_seconds(step, device, warmup, steps)
 
 
 @dataclass

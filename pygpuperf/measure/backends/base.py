@@ -7,20 +7,11 @@ Two implementations: ``native`` (the C++/CUDA extension) and ``portable``
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import torch
 
 from pygpuperf.core.results import Measurement
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    warmup: int = 3
-    samples: int = 20
-    size_bytes: int = 0  # 0: the probe sizes itself from the device
-    poison_after_runs: bool = False  # test hook: verification must then fail
-    quick: bool = False  # the --quick suite: fewer variants and sweep points
+from pygpuperf.measure.probe import RunSettings
 
 
 class Backend(ABC):

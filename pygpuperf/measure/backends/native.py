@@ -6,7 +6,8 @@ import torch
 
 from pygpuperf.measure import native
 from pygpuperf.measure import pairs
-from pygpuperf.measure.backends.base import Backend, RunSettings
+from pygpuperf.measure.backends.base import Backend
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.core.results import Measurement
 
 _NATIVE_DEVICE_TYPES = ("cpu", "cuda")

@@ -10,140 +10,23 @@ generic loop, :func:`run_probe`.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from pygpuperf.measure import pairs
 from pygpuperf.core import torch_flags
-from pygpuperf.measure.backends.base import Backend, RunSettings, memory_level
+from pygpuperf.measure.backends.base import Backend, memory_level
+from pygpuperf.measure.probe import RunSettings
 from pygpuperf.facts.cpu import cpu_cache_facts, host_memory_bytes
 from pygpuperf.core.precision import PRECISIONS
 from pygpuperf.core.results import Measurement
-from pygpuperf.core.timing import make_timer, synchronize
+from pygpuperf.core.timing import synchronize
+from pygpuperf.measure.probe import Params, Probe, Work, run_probe
 
 MiB = 1 << 20
 GiB = 1 << 30
 
-Params = dict[str, str]
-
-
-# --------------------------------------------------------------------------- probe interface
-
-
-@dataclass
-class Work:
-    """What one timed run moves and computes (1 GB = 1e9 B, an FMA is 2 FLOPs)."""
-
-    bytes_read: float = 0.0
-    bytes_written: float = 0.0
-    flops: float = 0.0
-
-
-class Probe(ABC):
-    """One portable measurement; mirrors pgp::Probe in csrc/core/probe.h."""
-
-    name: str
-    description: str
-
-    def waiver(self, device: torch.device) -> str | None:
-        """Why this probe cannot run on `device`, or None when it can."""
-        return None
-
-    @abstractmethod
-    def setup(self, device: torch.device, settings: RunSettings) -> None:
-        """Allocate and fill inputs with random non-zero data; called once per measurement."""
-
-    @abstractmethod
-    def work(self) -> Work:
-        """Bytes and FLOPs of one run; valid after setup()."""
-
-    @abstractmethod
-    def poison(self) -> None:
-        """Overwrite every output with a value no correct run produces."""
-
-    @abstractmethod
-    def run(self) -> None:
-        """One timed unit of work, queued on the device (not awaited)."""
-
-    @abstractmethod
-    def verify(self) -> tuple[bool, str]:
-        """Check the outputs of the last run against an independent reference."""
-
-    def params(self) -> Params:
-        """Parameters worth reporting (sizes, dtype, op, flags)."""
-        return {}
-
-    def variants(self, device: torch.device, quick: bool) -> list[str]:
-        """Implementation variants measured under this name ([""]: one)."""
-        return [""]
-
-    def use_variant(self, variant: str) -> None:
-        """Select one of variants() before setup()."""
-        if variant:
-            raise ValueError(f"probe '{self.name}' has no variant '{variant}'")
-
-    def before_sample(self) -> None:
-        """Untimed work queued before each timed sample (e.g. flushing a cache)."""
-
-    def teardown(self) -> None:
-        """Release what setup() allocated and restore any global state it changed."""
-
-
-@dataclass
-class ProbeRun:
-    """What one pass of :func:`run_probe` produced, before it becomes a Measurement."""
-
-    sample_seconds: list[float]
-    work: Work
-    verified: bool
-    verify_detail: str
-    params: Params
-
-
-def run_probe(probe: Probe, device: torch.device, settings: RunSettings) -> ProbeRun:
-    """The one measurement sequence every portable probe goes through.
-
-    setup -> poison -> warm-up -> timed samples -> verify -> teardown. With
-    ``settings.poison_after_runs`` the outputs are poisoned after the timed runs
-    instead, so verification must fail (a test hook proving verify() checks).
-    """
-    if settings.samples < 1:
-        raise ValueError(f"samples must be at least 1, got {settings.samples}")
-    if settings.warmup < 0:
-        raise ValueError(f"warmup must be non-negative, got {settings.warmup}")
-    if settings.size_bytes < 0:
-        raise ValueError("size_bytes must be non-negative")
-    reason = probe.waiver(device)
-    if reason is not None:
-        raise RuntimeError(f"probe '{probe.name}' is waived on {device}: {reason}")
-
-    with torch.no_grad():
-        try:
-            probe.setup(device, settings)
-            if not settings.poison_after_runs:
-                probe.poison()
-            for _ in range(settings.warmup):
-                probe.run()
-            timer = make_timer(device, settings.samples)
-            for i in range(settings.samples):
-                probe.before_sample()
-                timer.start(i)
-                probe.run()
-                timer.stop(i)
-            seconds = timer.seconds()
-            if settings.poison_after_runs:
-                probe.poison()
-            synchronize(device)
-            verified, detail = probe.verify()
-            return ProbeRun(seconds, probe.work(), verified, detail, probe.params())
-        finally:
-            probe.teardown()
-            if device.type == "cuda":
-                # Hand freed blocks back so the next probe (or the native backend) can use them.
-                torch.cuda.empty_cache()
 
 
 # --------------------------------------------------------------------------- sizing helpers

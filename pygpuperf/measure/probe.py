@@ -1,0 +1,130 @@
+"""The Python probe interface, mirroring pgp::Probe (csrc/core/probe.h), and its one measurement
+sequence: setup -> poison -> warm-up -> timed samples (core.timing.sample_seconds) -> verify -> teardown.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from pygpuperf.core.results import typed_params
+from pygpuperf.core.timing import sample_seconds, synchronize
+
+Params = dict[str, str]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    warmup: int = 3
+    samples: int = 20
+    size_bytes: int = 0  # 0: the probe sizes itself from the device
+    poison_after_runs: bool = False  # test hook: verification must then fail
+    quick: bool = False  # the --quick suite: fewer variants and sweep points
+
+
+@dataclass
+class Work:
+    """What one timed run moves and computes (1 GB = 1e9 B, an FMA is 2 FLOPs)."""
+
+    bytes_read: float = 0.0
+    bytes_written: float = 0.0
+    flops: float = 0.0
+
+
+class Probe(ABC):
+    """One portable measurement; mirrors pgp::Probe in csrc/core/probe.h."""
+
+    name: str
+    description: str
+
+    def waiver(self, device: torch.device) -> str | None:
+        """Why this probe cannot run on `device`, or None when it can."""
+        return None
+
+    @abstractmethod
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        """Allocate and fill inputs with random non-zero data; called once per measurement."""
+
+    @abstractmethod
+    def work(self) -> Work:
+        """Bytes and FLOPs of one run; valid after setup()."""
+
+    @abstractmethod
+    def poison(self) -> None:
+        """Overwrite every output with a value no correct run produces."""
+
+    @abstractmethod
+    def run(self) -> None:
+        """One timed unit of work, queued on the device (not awaited)."""
+
+    @abstractmethod
+    def verify(self) -> tuple[bool, str]:
+        """Check the outputs of the last run against an independent reference."""
+
+    def params(self) -> Params:
+        """Parameters worth reporting (sizes, dtype, op, flags)."""
+        return {}
+
+    def variants(self, device: torch.device, quick: bool) -> list[str]:
+        """Implementation variants measured under this name ([""]: one)."""
+        return [""]
+
+    def use_variant(self, variant: str) -> None:
+        """Select one of variants() before setup()."""
+        if variant:
+            raise ValueError(f"probe '{self.name}' has no variant '{variant}'")
+
+    def before_sample(self) -> None:
+        """Untimed work queued before each timed sample (e.g. flushing a cache)."""
+
+    def teardown(self) -> None:
+        """Release what setup() allocated and restore any global state it changed."""
+
+
+@dataclass
+class ProbeRun:
+    """What one pass of :func:`run_probe` produced, before it becomes a Measurement."""
+
+    sample_seconds: list[float]
+    work: Work
+    verified: bool
+    verify_detail: str
+    params: Params
+
+
+def run_probe(probe: Probe, device: torch.device, settings: RunSettings) -> ProbeRun:
+    """The one measurement sequence every Python probe goes through (portable torch probes, collectives).
+
+    setup -> poison -> warm-up -> timed samples -> verify -> teardown. With
+    ``settings.poison_after_runs`` the outputs are poisoned after the timed runs
+    instead, so verification must fail (a test hook proving verify() checks).
+    """
+    if settings.samples < 1:
+        raise ValueError(f"samples must be at least 1, got {settings.samples}")
+    if settings.warmup < 0:
+        raise ValueError(f"warmup must be non-negative, got {settings.warmup}")
+    if settings.size_bytes < 0:
+        raise ValueError("size_bytes must be non-negative")
+    reason = probe.waiver(device)
+    if reason is not None:
+        raise RuntimeError(f"probe '{probe.name}' is waived on {device}: {reason}")
+
+    with torch.no_grad():
+        try:
+            probe.setup(device, settings)
+            if not settings.poison_after_runs:
+                probe.poison()
+            seconds = sample_seconds(probe.run, device, settings.warmup, settings.samples,
+                                     before_sample=probe.before_sample, spin=True)
+            if settings.poison_after_runs:
+                probe.poison()
+            synchronize(device)
+            verified, detail = probe.verify()
+            return ProbeRun(seconds, probe.work(), verified, detail, typed_params(probe.params()))
+        finally:
+            probe.teardown()
+            if device.type == "cuda":
+                # Hand freed blocks back so the next probe (or the native backend) can use them.
+                torch.cuda.empty_cache()
