@@ -103,7 +103,8 @@ def test_default_cpu_run_is_complete_and_under_three_minutes(tmp_path):
     # The embedded default speaks of the CPU: no error the user cannot act on, no GPU word or GPU advice.
     assert not [f.title for f in results.findings if f.severity == "error"]
     said = (proc.stdout + proc.stderr).lower().split("wrote ")[0]  # not the file names it wrote
-    words = json.dumps({"findings": explained["findings"], "waterfall": explained["waterfall"],
+    words = json.dumps({"findings": [[f["title"], f["suggestion"]] for f in explained["findings"]],
+                        "parts": list(explained["waterfall"]["parts"]),
                         "classes": sorted({k["kernel_class"] for k in explained["kernels"]})}).lower()
     for word in ("cuda", "cudnn", "gpu", "tensor core", "tensor-core", "launch", "hbm", "tf32", "kernel"):
         pattern = re.compile(rf"\b{word}")  # "pygpuperf" is no GPU word

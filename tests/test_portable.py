@@ -133,3 +133,28 @@ def test_cpu_matmul_shape_variants_and_gpu_only_dtypes():
             backend.waiver(f"compute.library.{dtype}", CPU)
     with pytest.raises(ValueError, match="no shape variant"):
         backend.measure("compute.library.fp32", CPU, RunSettings(), "3x3")
+
+
+def test_fixed_cost_of_an_op_is_per_op():
+    """latency.op.*: the value is the time of one tiny op, the run's time divided by the ops in it."""
+    queued = backend.measure("latency.op.back_to_back", CPU, RunSettings(warmup=2, samples=9))
+    single = backend.measure("latency.op.single", CPU, RunSettings(warmup=2, samples=9))
+    assert queued.unit == single.unit == "ns"
+    ops = int(queued.params["ops_per_run"])
+    assert ops > 1 and int(single.params["ops_per_run"]) == 1
+    median_run = sorted(queued.sample_seconds)[len(queued.sample_seconds) // 2]
+    assert queued.value == pytest.approx(median_run / ops * 1e9, rel=0.01)
+    assert 10 < queued.value < 1e6  # a CPU op costs more than 10 ns and far less than a millisecond
+    # Launches and graphs are GPU notions: a CPU run does not list them.
+    assert not {"latency.op.graph", "latency.op.launch"} & set(NAMES)
+
+
+def test_skinny_matmul_shapes_count_their_own_flops():
+    m = backend.measure("compute.library.fp32", CPU, RunSettings(warmup=0, samples=2), "8x4096x4096")
+    assert m.verified and (m.params["M"], m.params["N"], m.params["K"]) == (8, 4096, 4096)
+    assert m.flops == 2 * 8 * 4096 * 4096
+    # On an accelerator the sweep adds the skinny shapes, but only those the low-precision ops accept.
+    meta = torch.device("meta")
+    assert "1x4096x4096" in LibraryMatmulProbe("bf16").variants(meta, quick=False)
+    assert not [s for s in LibraryMatmulProbe("int8").variants(meta, quick=False) if int(s.split("x")[0]) <= 16]
+    assert LibraryMatmulProbe("bf16").variants(meta, quick=True) == ["8192"]

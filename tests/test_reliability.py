@@ -237,9 +237,9 @@ def test_silently_wrong_arguments_are_refused(args, fragment):
 
 
 def test_figures_read_off_a_sweep_select_their_sweep():
-    probes, ops = roofline._split_selection(["memory.l3.read", "latency.l1", "memory.dram.copy"], "cpu")
-    assert probes == ["memory.sweep", "latency.sweep", "memory.dram.copy"] and ops is None
-    assert roofline._split_selection(["latency.l1"], "cuda")[0] == ["latency.l1"]  # measured directly on a GPU
+    probes = roofline._selection(["memory.l3.read", "latency.l1", "memory.dram.copy"], "cpu")
+    assert probes == ["memory.sweep", "latency.sweep", "memory.dram.copy"]
+    assert roofline._selection(["latency.l1"], "cuda") == ["latency.l1"]  # measured directly on a GPU
 
 
 def _results(measurements=(), findings=()) -> Results:

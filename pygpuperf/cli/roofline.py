@@ -15,14 +15,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pygpuperf.analyze import conclude
 from pygpuperf.cli import common as cli
-from pygpuperf.measure import collectives
 from pygpuperf.analyze import hierarchy
 from pygpuperf.core import documents
 from pygpuperf.facts import links
@@ -107,7 +105,7 @@ def _model_choice(args: argparse.Namespace, device_type: str) -> ModelChoice:
 
 def _list(device, console: Console, as_json: bool) -> None:
     entries: dict[tuple[str, str], dict] = {}
-    for planned in suite.plan(device, "all"):
+    for planned in suite.plan(device, "all", everything=True):
         backend = planned.backend.backend_name(device)
         key = (planned.name, backend)
         if key not in entries:
@@ -115,11 +113,6 @@ def _list(device, console: Console, as_json: bool) -> None:
             entries[key] = {"name": planned.name, "backend": backend, "variants": 0, "waived": reason,
                             "description": "" if reason else planned.backend.describe(planned.name, device)}
         entries[key]["variants"] += 1
-    where = "several GPUs" if device.type == "cuda" else "2 processes, only with --probes collective"
-    for op in collectives.OPS:
-        entries[(f"collective.{op}", "")] = {
-            "name": f"collective.{op}", "backend": collectives.backend_name(device.type), "variants": 1,
-            "waived": None, "description": f"{op} through torch.distributed, 8 KiB-1 GiB, nccl-tests busbw ({where})"}
     for derived, source in hierarchy.derived_sources(device.type).items():
         entries[(derived, "")] = {"name": derived, "backend": "", "variants": 0, "waived": None,
                                   "description": f"read off the {source} plateaus (--probes {derived} runs {source})"}
@@ -133,33 +126,11 @@ def _list(device, console: Console, as_json: bool) -> None:
                       highlight=False)
 
 
-def _split_selection(selection: list[str] | None, device_type: str) -> tuple[list[str] | None, list[str] | None]:
-    """(probe patterns, collective ops): 'collective' or 'collective.<op>' select collectives; a
-    figure read off a sweep (memory.l3.read, latency.l1) selects its sweep."""
+def _selection(selection: list[str] | None, device_type: str) -> list[str] | None:
+    """The probe patterns to plan: a figure read off a sweep (memory.l3.read, latency.l1) selects its sweep."""
     if not selection:
-        return None, None
-    ops: list[str] = []
-    rest: list[str] = []
-    for pattern in selection:
-        if pattern == "collective":
-            ops += [op for op in collectives.OPS if op not in ops]
-        elif pattern.startswith("collective."):
-            op = pattern.split(".", 1)[1]
-            if op not in collectives.OPS:
-                raise UsageError(f"unknown probe {pattern!r}; collectives are {', '.join(collectives.OPS)}")
-            ops.append(op)
-        else:
-            rest.append(hierarchy.source_probe(pattern, device_type))
-    return list(dict.fromkeys(rest)) or None, ops or None
-
-
-def _collective_ops(device, selection: list[str] | None, ops: list[str] | None) -> list[str]:
-    """Collectives run when asked for, or by default on a CUDA host with several GPUs."""
-    if ops:
-        return ops
-    if selection is None and device.type == "cuda" and torch.cuda.device_count() >= 2:
-        return list(collectives.OPS)
-    return []
+        return None
+    return list(dict.fromkeys(hierarchy.source_probe(pattern, device_type) for pattern in selection))
 
 
 # --------------------------------------------------------------------------- resuming
@@ -201,25 +172,6 @@ def _measure(probes, device, settings, results: Results, checkpoint, console: Co
 
         suite.run(probes, device, settings, results.measurements,
                   on_start=lambda p: progress.update(task, description=escape(p.label(device))), on_done=done)
-
-
-def _measure_collectives(device, ops: list[str], quick: bool, results: Results, checkpoint,
-                         console: Console) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()  # the ranks allocate their own buffers on every GPU
-    console.print(f"running collectives ({', '.join(ops)}) ...")
-    try:
-        collectives.run_collectives(device.type, ops=ops, quick=quick, into=results.measurements)
-    except KeyboardInterrupt:
-        checkpoint()  # the ranks' finished figures are in
-        raise
-    except Exception as exc:  # a rank that failed: keep the rest of the run
-        reason = " ".join(str(exc).split())[:500]
-        done = {m.name for m in results.measurements}
-        results.measurements += [Measurement.not_run(f"collective.{op}", backend=collectives.backend_name(device.type),
-                                                     device=device.type, status="error", reason=reason)
-                                 for op in ops if f"collective.{op}" not in done]
-    checkpoint()
 
 
 def _run_model(name: str, args: argparse.Namespace, device, results: Results, out: Path, console: Console,
@@ -331,9 +283,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.resume is not None and args.out is not None:
         raise UsageError("--resume DIR writes into DIR: leave out --out")
     settings = _settings(args)
-    selection, asked_ops = _split_selection(args.probes, device.type)
-    planned = suite.plan(device, args.backend, selection, quick=args.quick) if selection or not asked_ops else []
-    ops = _collective_ops(device, selection, asked_ops)
+    planned = suite.plan(device, args.backend, _selection(args.probes, device.type), quick=args.quick)
     choice = _model_choice(args, device.type)
     if args.predict:
         from pygpuperf.analyze import machine_model
@@ -347,11 +297,11 @@ def run(argv: list[str] | None = None) -> int:
     stem = "-".join(filter(None, (device_slug(device), host.device_identity(facts))))
     with cli.claim_output(args.resume or args.out, stem, DOCUMENT, overwrite=args.overwrite,
                           resume=args.resume is not None) as folder, stopping.stop_signals() as signals:
-        return _run_in(folder.path, args, argv, device, settings, planned, ops, choice, kept, signals, err,
+        return _run_in(folder.path, args, argv, device, settings, planned, choice, kept, signals, err,
                        out_console)
 
 
-def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, ops, choice: ModelChoice,
+def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, choice: ModelChoice,
             kept: list[Measurement], signals, err: Console, out_console: Console) -> int:
     results = Results(meta=meta.collect(device, ["pygpuperf.roofline", *argv]), measurements=list(kept))
     if device.type == "cuda":
@@ -359,7 +309,6 @@ def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, ops, 
     done = {_key(m) for m in kept}
     probes = [p for p in planned if (p.name, p.backend.backend_name(device), p.variant) not in done]
     if kept:
-        ops = [op for op in ops if not any(m.name == f"collective.{op}" for m in kept)]
         results.meta["resumed"] = {"kept_measurements": len(kept), "skipped_probes": len(planned) - len(probes)}
         err.print(f"resuming: {len(kept)} verified measurement(s) kept, {len(probes)} probe run(s) to go")
 
@@ -371,8 +320,6 @@ def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, ops, 
     started = time.monotonic()
     try:
         _measure(probes, device, settings, results, checkpoint, err)
-        if ops:
-            _measure_collectives(device, ops, args.quick, results, checkpoint, err)
     except KeyboardInterrupt as exc:
         stopped = exc
     finally:

@@ -9,6 +9,9 @@ from typing import Any, Callable
 
 import torch
 
+# Device cycles of spin per queued sample (torch.cuda._sleep) while the host queues the samples.
+SPIN_CYCLES_PER_SAMPLE = 100_000
+
 
 def synchronize(device: torch.device) -> None:
     """Wait until all work queued on `device` has finished (no-op on the CPU)."""
@@ -84,22 +87,39 @@ def make_timer(device: torch.device, samples: int) -> SampleTimer:
     return WallClockTimer(device, samples)
 
 
-# Device cycles of spin per queued sample (torch.cuda._sleep) while the host queues the samples.
-SPIN_CYCLES_PER_SAMPLE = 100_000
+class HostClockTimer(SampleTimer):
+    """The host's own time to issue each sample, the device not waited on (launch rates)."""
+
+    def __init__(self, device: torch.device, samples: int) -> None:
+        self._device = device
+        self._begin = [0.0] * samples
+        self._seconds = [0.0] * samples
+
+    def start(self, i: int) -> None:
+        self._begin[i] = time.perf_counter()
+
+    def stop(self, i: int) -> None:
+        self._seconds[i] = time.perf_counter() - self._begin[i]
+
+    def seconds(self) -> list[float]:
+        synchronize(self._device)
+        return list(self._seconds)
 
 
 def sample_seconds(run: Callable[[], Any], device: torch.device, warmup: int, samples: int, *,
                    before_sample: Callable[[], Any] | None = None, spin: bool = False,
-                   before_timing: Callable[[], Any] | None = None) -> list[float]:
+                   before_timing: Callable[[], Any] | None = None, spin_cycles: int = SPIN_CYCLES_PER_SAMPLE,
+                   host_clock: bool = False) -> list[float]:
     """The one timing loop (pgp::measure's, in Python), every timed thing goes through it: probes,
     collectives, a model's steps.
 
     `warmup` untimed runs, then `samples` timed ones, each after `before_sample` (untimed: an L2
     flush, a buffer reset, a barrier); device events on CUDA, the wall clock with the device drained
     around each sample elsewhere. `before_timing` runs once between the two (a barrier across ranks).
-    With `spin`, the GPU first spins for about as long as the host takes to queue every sample, so
-    the events time the runs back to back on the device rather than the host's launch rate; a
-    model's steps are timed without it, as a training loop runs them.
+    With `spin`, the GPU first spins for `spin_cycles` per sample, about as long as the host takes
+    to queue each, so the events time the runs back to back on the device rather than the host's
+    launch rate; a model's steps are timed without it, as a training loop runs them. `host_clock`
+    times what the host spends issuing each sample instead (the device runs on meanwhile).
     """
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
@@ -112,9 +132,9 @@ def sample_seconds(run: Callable[[], Any], device: torch.device, warmup: int, sa
     synchronize(device)
     if before_timing is not None:
         before_timing()
-    timer = make_timer(device, samples)
+    timer = HostClockTimer(device, samples) if host_clock else make_timer(device, samples)
     if spin and device.type == "cuda" and hasattr(torch.cuda, "_sleep"):
-        torch.cuda._sleep(SPIN_CYCLES_PER_SAMPLE * samples)
+        torch.cuda._sleep(spin_cycles * samples)
     for i in range(samples):
         if before_sample is not None:
             before_sample()

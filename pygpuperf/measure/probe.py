@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from pygpuperf.core.results import typed_params
-from pygpuperf.core.timing import sample_seconds, synchronize
+from pygpuperf.core.timing import SPIN_CYCLES_PER_SAMPLE, sample_seconds, synchronize
 
 Params = dict[str, str]
 
@@ -31,6 +31,7 @@ class Work:
     bytes_read: float = 0.0
     bytes_written: float = 0.0
     flops: float = 0.0
+    operations: float = 0.0  # dependent operations per run, for latency probes: times are per operation
 
 
 class Probe(ABC):
@@ -38,6 +39,11 @@ class Probe(ABC):
 
     name: str
     description: str
+    #: Device cycles the GPU spins per sample before the samples are queued (core.timing.sample_seconds):
+    #: enough for the host to queue one sample, so runs are timed back to back on the device.
+    spin_cycles = SPIN_CYCLES_PER_SAMPLE
+    #: Time what the host spends issuing a run rather than the run on the device (launch rates).
+    host_clock = False
 
     def waiver(self, device: torch.device) -> str | None:
         """Why this probe cannot run on `device`, or None when it can."""
@@ -117,7 +123,8 @@ def run_probe(probe: Probe, device: torch.device, settings: RunSettings) -> Prob
             if not settings.poison_after_runs:
                 probe.poison()
             seconds = sample_seconds(probe.run, device, settings.warmup, settings.samples,
-                                     before_sample=probe.before_sample, spin=True)
+                                     before_sample=probe.before_sample, spin=True, spin_cycles=probe.spin_cycles,
+                                     host_clock=probe.host_clock)
             if settings.poison_after_runs:
                 probe.poison()
             synchronize(device)

@@ -9,6 +9,7 @@ import torch
 
 from pygpuperf.facts import nvml
 from pygpuperf.measure.backends.base import Backend
+from pygpuperf.measure.backends.collectives import CollectiveBackend
 from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.backends.native import NativeBackend
 from pygpuperf.measure.backends.portable import PortableBackend
@@ -31,7 +32,7 @@ class PlannedProbe:
 
 def backends() -> list[Backend]:
     """Native first: where both have a probe, 'auto' takes the native one."""
-    return [NativeBackend(), PortableBackend()]
+    return [NativeBackend(), PortableBackend(), CollectiveBackend()]
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -43,6 +44,7 @@ def plan(
     backend_choice: str = "all",
     selection: Iterable[str] | None = None,
     quick: bool = False,
+    everything: bool = False,
 ) -> list[PlannedProbe]:
     """Which probe runs on which backend, one entry per implementation variant.
 
@@ -50,6 +52,8 @@ def plan(
     auto: each name once, from the first backend that has it (native, then torch);
     native/torch: only that backend.
     `selection` holds names or dotted prefixes; one that matches nothing is a UsageError.
+    Without a selection only the probes a backend runs by default are planned (collectives need
+    several GPUs, or asking for on a CPU); `everything` plans every probe there is (for --list).
     """
     if backend_choice not in BACKEND_CHOICES:
         raise UsageError(f"--backend {backend_choice}: choose one of {', '.join(BACKEND_CHOICES)}")
@@ -60,6 +64,8 @@ def plan(
             continue
         for name in backend.probe_names(device):
             if backend_choice == "auto" and name in seen:
+                continue
+            if not selection and not everything and not backend.by_default(name, device):
                 continue
             seen.add(name)
             planned.append(PlannedProbe(name, backend))
@@ -107,12 +113,40 @@ def run(
     on_start: Callable[[PlannedProbe], None] | None = None,
     on_done: Callable[[Measurement], None] | None = None,
 ) -> list[Measurement]:
-    """Run probes in order, appending to `into` as each finishes so an interrupt keeps them."""
-    for probe in probes:
+    """Run probes in order, appending to `into` as each finishes so an interrupt keeps them.
+    Consecutive probes of a backend that measures together (collectives) run in one go."""
+    i = 0
+    while i < len(probes):
+        probe = probes[i]
         if on_start:
             on_start(probe)
+        if probe.backend.together and not probe.backend.waiver(probe.name, device):
+            group = [probe]
+            while i + len(group) < len(probes) and probes[i + len(group)].backend is probe.backend:
+                group.append(probes[i + len(group)])
+            for measurement in _run_together(group, device, settings, into):
+                if on_done:
+                    on_done(measurement)
+            i += len(group)
+            continue
         measurement = run_one(probe, device, settings)
         into.append(measurement)
         if on_done:
             on_done(measurement)
+        i += 1
     return into
+
+
+def _run_together(group: list[PlannedProbe], device: torch.device, settings: RunSettings,
+                  into: list[Measurement]) -> list[Measurement]:
+    """The measurements of one go of a together-backend; a failure leaves an error measurement for
+    each probe that got none (a stop is raised again after what was measured is in `into`)."""
+    backend, start = group[0].backend, len(into)
+    try:
+        backend.measure_together([p.name for p in group], device, settings, into)
+    except (RuntimeError, ValueError, OSError) as exc:  # a rank that failed: keep the rest of the run
+        message = " ".join(str(exc).split())[:500]
+        done = {m.name for m in into[start:]}
+        into += [Measurement.not_run(p.name, backend=backend.backend_name(device), device=str(device),
+                                     status="error", reason=message) for p in group if p.name not in done]
+    return into[start:]

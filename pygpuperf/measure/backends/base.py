@@ -1,7 +1,8 @@
 """The backend interface: a named set of probes that can measure on some devices.
 
-Two implementations: ``native`` (the C++/CUDA extension) and ``portable``
-(torch ops on any torch device). Every Measurement names the backend that made it.
+Three implementations: ``native`` (the C++/CUDA extension), ``portable`` (torch ops on any
+torch device) and ``collectives`` (torch.distributed across processes). Every Measurement
+names the backend that made it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,21 @@ class Backend(ABC):
     @abstractmethod
     def measure(self, name: str, device: torch.device, settings: RunSettings, variant: str = "") -> Measurement:
         """Run one probe (one variant): warm-up, timed samples, verification. Raises on failure."""
+
+    #: Probes that run together in one go (one set of processes for every collective): the suite hands
+    #: a run of consecutive planned probes of such a backend to :meth:`measure_together`.
+    together = False
+
+    def by_default(self, name: str, device: torch.device) -> bool:
+        """Whether `name` runs when no probe is named (collectives only where several GPUs are)."""
+        return True
+
+    def measure_together(self, names: list[str], device: torch.device, settings: RunSettings,
+                         into: list[Measurement]) -> None:
+        """Measure `names` in one go, appending each measurement to `into` as it is kept (so a stop
+        keeps what was done). The default measures them one by one."""
+        for name in names:
+            into.append(self.measure(name, device, settings))
 
 
 def memory_level(device: torch.device) -> str:

@@ -222,6 +222,12 @@ _MATMUL_TOLERANCE = {"fp32": 1e-5, "tf32": 5e-3, "fp16": 1e-2, "bf16": 1e-2, "fp
                      "int8": 1e-12}
 # Shape sweep on accelerators (M x N x K): squares, one short-K and one tall-skinny shape.
 _MATMUL_SHAPES_GPU = ("8192", "1024", "2048", "4096", "16384", "16384x16384x1024", "65536x1024x4096")
+# Skinny and small shapes (GEMV, decode batches, short K): what GEMMs a model really launches reach,
+# for the kernel model's efficiency against shape; never the ceiling, which the large squares set.
+_MATMUL_SHAPES_SKINNY = ("1x4096x4096", "8x4096x4096", "64x4096x4096", "256x4096x4096", "512x512x512",
+                         "4096x4096x256")
+# Smallest M the int8 and fp8 kernels take (torch._int_mm needs M > 16, torch._scaled_mm multiples of 16).
+_MATMUL_MIN_M = {"int8": 32, "fp8": 16}
 _MATMUL_SHAPES_CPU = ("1024", "512")
 _VERIFY_ROWS = 32
 
@@ -270,11 +276,15 @@ class LibraryMatmulProbe(Probe):
         self._flags: Params = {}
 
     def variants(self, device: torch.device, quick: bool) -> list[str]:
-        shapes = _MATMUL_SHAPES_CPU if device.type == "cpu" else _MATMUL_SHAPES_GPU
-        return list(shapes[:1] if quick else shapes)
+        if device.type == "cpu":
+            return list(_MATMUL_SHAPES_CPU[:1] if quick else _MATMUL_SHAPES_CPU)
+        if quick:
+            return list(_MATMUL_SHAPES_GPU[:1])
+        smallest = _MATMUL_MIN_M.get(self.variant, 1)
+        return list(_MATMUL_SHAPES_GPU) + [s for s in _MATMUL_SHAPES_SKINNY if int(s.split("x")[0]) >= smallest]
 
     def use_variant(self, variant: str) -> None:
-        if variant and variant not in _MATMUL_SHAPES_GPU + _MATMUL_SHAPES_CPU:
+        if variant and variant not in _MATMUL_SHAPES_GPU + _MATMUL_SHAPES_SKINNY + _MATMUL_SHAPES_CPU:
             raise ValueError(f"probe '{self.name}' has no shape variant '{variant}'")
         self._shape = variant
 
@@ -751,6 +761,189 @@ def pair_probe_names(device: torch.device) -> list[str]:
     return [name for base in P2P_BASES for name in pairs.expand(base, count)]
 
 
+# --------------------------------------------------------------------------- fixed cost of a kernel
+
+# Tiny kernels per run: enough that one run is well above the timer's resolution.
+_TINY_KERNELS = 64
+# Spin per queued tiny kernel (device cycles, ~20 us at 2 GHz): more than the host takes to issue one op.
+_SPIN_PER_TINY_KERNEL = 40_000
+# What each mode times: the kernel model's fixed cost per kernel (t_fixed) and the launch figures around it.
+_KERNEL_MODES = {
+    "back_to_back": "device time per tiny kernel, queued ahead of the GPU (the GPU spins while the host issues them)",
+    "graph": "device time per tiny kernel replayed from one CUDA graph",
+    "launch": "host time to issue one tiny op (torch dispatch and the launch call), the GPU running meanwhile",
+    "single": "one tiny op from the host call to its completion (launch, run, synchronize)",
+}
+
+
+class KernelLatencyProbe(Probe):
+    """The fixed cost of a kernel: torch.add(x, 1, out=y) on one element, the smallest kernel torch launches,
+    64 per run. On a CPU the same op is the fixed cost of an op (no launches, no graphs)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.name = f"latency.op.{mode}"
+        self.description = f"{_KERNEL_MODES[mode]}: torch.add(x, 1, out=y) on one element"
+        self.host_clock = mode == "launch"
+        self.spin_cycles = _SPIN_PER_TINY_KERNEL * (1 if mode == "single" else _TINY_KERNELS)
+        self._x: torch.Tensor | None = None
+        self._y: torch.Tensor | None = None
+        self._graph = None
+        self._device = torch.device("cpu")
+
+    def waiver(self, device: torch.device) -> str | None:
+        if device.type == "cpu" and self.mode in ("graph", "launch"):
+            return "a CPU runs an op where it is called: no launch to time apart from the op, no graphs"
+        if self.mode == "graph" and device.type != "cuda":
+            return f"CUDA graphs are a CUDA feature; {device.type} has none"
+        return None
+
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        self._device = device
+        self._x = torch.randint(1, 16, (1,), dtype=torch.float32, device=device)
+        self._y = torch.empty(1, dtype=torch.float32, device=device)
+        if self.mode == "graph":
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                self._kernels()  # warm the op up outside the capture
+            torch.cuda.current_stream(device).wait_stream(side)
+            self._graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._graph):
+                self._kernels()
+
+    def _kernels(self) -> None:
+        for _ in range(_TINY_KERNELS):
+            torch.add(self._x, 1, out=self._y)
+
+    def work(self) -> Work:
+        return Work(operations=1.0 if self.mode == "single" else float(_TINY_KERNELS))
+
+    def poison(self) -> None:
+        assert self._y is not None
+        self._y.fill_(math.nan)
+
+    def run(self) -> None:
+        if self.mode == "graph":
+            self._graph.replay()
+        elif self.mode == "single":
+            torch.add(self._x, 1, out=self._y)
+            synchronize(self._device)
+        else:
+            self._kernels()
+
+    def verify(self) -> tuple[bool, str]:
+        assert self._x is not None and self._y is not None
+        ok = bool(torch.equal(self._y, self._x + 1))  # NaN poison never equals
+        return ok, "y = x + 1 after the last kernel" if ok else "y is not x + 1: a kernel did not run"
+
+    def params(self) -> Params:
+        return {"mode": self.mode, "ops_per_run": int(self.work().operations), "op": "torch.add(x, 1, out=y)",
+                "elements": 1, "spin_cycles_per_sample": self.spin_cycles if not self.host_clock else 0}
+
+    def teardown(self) -> None:
+        self._x = self._y = self._graph = None
+
+
+# --------------------------------------------------------------------------- bandwidth against bytes per kernel
+
+# Bytes one kernel moves, 4 KiB .. 1 GiB in 4x steps: what small kernels reach, for t = t0 + bytes / B.
+_KERNEL_BYTES = tuple(4096 * 4 ** k for k in range(10))  # 4 KiB .. 1 GiB
+_QUICK_KERNEL_BYTES = (64 * 1024, 4 << 20, 256 << 20)
+_SIZE_OPS = ("read", "write", "copy")
+
+
+class KernelSizeProbe(Probe):
+    """memory.size.sweep: one copy_, sum or fill_ kernel per run on `bytes` of fp32, at every size, from L2
+    (the same buffer each run, resident after the first) and from HBM (each sample a fresh buffer of a set
+    larger than the L2, so nothing is resident). Variant: "<level>.<op>.<bytes>"."""
+
+    name = "memory.size.sweep"
+    description = ("one copy_/sum/fill_ kernel per run at 4 KiB-1 GiB, L2-resident and streaming from HBM: what a "
+                   "kernel of that size reaches (t = t0 + bytes / B)")
+
+    def __init__(self) -> None:
+        self._level, self._op, self._bytes = "hbm", "copy", _KERNEL_BYTES[0]
+        self._sources: list[torch.Tensor] = []
+        self._targets: list[torch.Tensor] = []
+        self._turn = 0
+        self._l2 = 0
+
+    def waiver(self, device: torch.device) -> str | None:
+        if device.type != "cuda":
+            return "sized for a GPU's L2 and HBM; a CPU's caches are measured by memory.sweep"
+        return None
+
+    def variants(self, device: torch.device, quick: bool) -> list[str]:
+        sizes = _QUICK_KERNEL_BYTES if quick else _KERNEL_BYTES
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0) if device.type == "cuda" else 0
+        out = []
+        for level in ("l2", "hbm"):
+            for op in _SIZE_OPS:
+                # In L2 only what half the L2 holds (source and destination both resident).
+                out += [f"{level}.{op}.{b}" for b in sizes if level == "hbm" or not l2 or 2 * b <= l2 // 2]
+        return out
+
+    def use_variant(self, variant: str) -> None:
+        if not variant:
+            return
+        level, op, size = variant.split(".")
+        if level not in ("l2", "hbm") or op not in _SIZE_OPS or int(size) <= 0:
+            raise ValueError(f"probe '{self.name}' has no variant '{variant}'")
+        self._level, self._op, self._bytes = level, op, int(size)
+
+    def setup(self, device: torch.device, settings: RunSettings) -> None:
+        self._l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+        elements = max(self._bytes // 4, 1)
+        # HBM: enough distinct buffers that a sample's buffer was evicted since it was last touched.
+        sets = 1 if self._level == "l2" else max(2, -(-4 * max(self._l2, 1) // (2 * elements * 4)) + 1)
+        sets = min(sets, max(2, (1 << 30) // max(elements * 4, 1)))
+        self._sources = [torch.randint(1, 16, (elements,), dtype=torch.float32, device=device) for _ in range(sets)]
+        self._targets = [torch.empty(elements if self._op != "read" else 1, dtype=torch.float32, device=device)
+                         for _ in range(sets)]
+        self._turn = 0
+
+    def before_sample(self) -> None:
+        self._turn = (self._turn + 1) % len(self._sources)
+
+    def work(self) -> Work:
+        size = float(self._bytes)
+        return {"read": Work(bytes_read=size), "write": Work(bytes_written=size),
+                "copy": Work(bytes_read=size, bytes_written=size)}[self._op]
+
+    def poison(self) -> None:
+        for t in self._targets:
+            t.fill_(math.nan)
+
+    def run(self) -> None:
+        src, dst = self._sources[self._turn], self._targets[self._turn]
+        if self._op == "copy":
+            dst.copy_(src)
+        elif self._op == "read":
+            torch.sum(src, dtype=torch.float32, out=dst[0])
+        else:
+            dst.fill_(_FILL_VALUE)
+
+    def verify(self) -> tuple[bool, str]:
+        src, dst = self._sources[self._turn], self._targets[self._turn]
+        if self._op == "copy":
+            ok = bool(torch.equal(dst, src))
+        elif self._op == "read":
+            ok = float(dst[0]) == float(src.double().sum())  # small integers: exact in fp32 up to 2**24
+            ok = ok or self._bytes // 4 * 15 >= 1 << 24 and math.isclose(float(dst[0]), float(src.double().sum()),
+                                                                         rel_tol=1e-6)
+        else:
+            ok = bool((dst == _FILL_VALUE).all())
+        return ok, f"the last sample's {self._op} is right" if ok else f"the last sample's {self._op} is wrong"
+
+    def params(self) -> Params:
+        return {"level": self._level, "op": self._op, "bytes": self._bytes, "buffers": len(self._sources),
+                "l2_bytes": self._l2, "dtype": "fp32"}
+
+    def teardown(self) -> None:
+        self._sources, self._targets = [], []
+
+
 # --------------------------------------------------------------------------- backend
 
 
@@ -764,6 +957,10 @@ def _make_probes(device: torch.device) -> dict[str, Probe]:
     cpu = device.type == "cpu"
     probes: list[Probe] = [MemoryProbe(level, kind) for kind in ("copy", "read", "write", "scale", "triad")]
     probes += [LibraryMatmulProbe(variant) for variant in _MATMUL_DTYPES if not (cpu and variant in _GPU_ONLY_MATMULS)]
+    probes += [KernelLatencyProbe(mode) for mode in _KERNEL_MODES
+               if not (cpu and mode in ("graph", "launch"))]
+    if device.type == "cuda":
+        probes.append(KernelSizeProbe())
     if not cpu:
         probes += [TransferProbe(d, h) for d in ("h2d", "d2h") for h in ("pinned", "pageable")]
     if device.type == "cuda":
@@ -811,6 +1008,7 @@ class PortableBackend(Backend):
             bytes_read=run.work.bytes_read,
             bytes_written=run.work.bytes_written,
             flops=run.work.flops,
+            operations=run.work.operations,
             backend=self.backend_name(device),
             device=str(device),
             verified=run.verified,
