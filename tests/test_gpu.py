@@ -180,3 +180,35 @@ def test_mma_sync_typed_probe_detects_unwritten_output(name, variant, instructio
         pytest.skip(f"{instruction} is waived on compute capability {torch.cuda.get_device_capability(GPU)}")
     run = native.run_probe(name, GPU, variant=variant, warmup=1, samples=2, poison_after_runs=True)
     assert not run.verified, f"{name} {variant} verification passed on poisoned output: {run.verify_detail}"
+
+
+def test_fixed_cost_of_a_kernel_probes():
+    """latency.kernel.*: a tiny kernel's own duration is under its back-to-back period (which adds the gap
+    to the next kernel), graphs shorten the period, and a launch costs the host microseconds."""
+    backend = PortableBackend()
+    settings = RunSettings(warmup=3, samples=15)
+    got = {mode: backend.measure(f"latency.kernel.{mode}", GPU, settings)
+           for mode in ("duration", "back_to_back", "graph", "launch", "single")}
+    for mode, m in got.items():
+        assert m.verified, (mode, m.verify_detail)
+        assert m.unit == "ns" and 100 < m.value < 1e6, (mode, m.value)
+    assert got["duration"].value < got["back_to_back"].value
+    assert got["graph"].value <= got["back_to_back"].value * 1.1
+    assert got["single"].value > got["duration"].value
+    assert got["duration"].params["timer"] == "kernels" and got["launch"].params["timer"] == "host"
+
+
+def test_bandwidth_against_bytes_per_kernel(device_meta):
+    """memory.size.sweep: small kernels reach a small share of what large ones do; both levels verify."""
+    backend = PortableBackend()
+    variants = backend.variants("memory.size.sweep", GPU, quick=True)
+    assert {v.split(".")[0] for v in variants} == {"l2", "hbm"}
+    settings = RunSettings(warmup=2, samples=7)
+    small = backend.measure("memory.size.sweep", GPU, settings, "hbm.copy.65536")
+    large = backend.measure("memory.size.sweep", GPU, settings, f"hbm.copy.{256 << 20}")
+    for m in (small, large):
+        assert m.verified, m.verify_detail
+        assert m.bytes_read == m.bytes_written == int(m.params["bytes"])
+    assert small.value < 0.5 * large.value
+    peak = peaks.theoretical_peak("memory.hbm.copy", device_meta)
+    assert peak is not None and large.value <= peak.value * 1.02

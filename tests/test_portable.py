@@ -136,9 +136,9 @@ def test_cpu_matmul_shape_variants_and_gpu_only_dtypes():
 
 
 def test_fixed_cost_of_an_op_is_per_op():
-    """latency.op.*: the value is the time of one tiny op, the run's time divided by the ops in it."""
-    queued = backend.measure("latency.op.back_to_back", CPU, RunSettings(warmup=2, samples=9))
-    single = backend.measure("latency.op.single", CPU, RunSettings(warmup=2, samples=9))
+    """latency.kernel.*: the value is the time of one tiny op, the run's time divided by the ops in it."""
+    queued = backend.measure("latency.kernel.back_to_back", CPU, RunSettings(warmup=2, samples=9))
+    single = backend.measure("latency.kernel.single", CPU, RunSettings(warmup=2, samples=9))
     assert queued.unit == single.unit == "ns"
     ops = int(queued.params["ops_per_run"])
     assert ops > 1 and int(single.params["ops_per_run"]) == 1
@@ -146,7 +146,7 @@ def test_fixed_cost_of_an_op_is_per_op():
     assert queued.value == pytest.approx(median_run / ops * 1e9, rel=0.01)
     assert 10 < queued.value < 1e6  # a CPU op costs more than 10 ns and far less than a millisecond
     # Launches and graphs are GPU notions: a CPU run does not list them.
-    assert not {"latency.op.graph", "latency.op.launch"} & set(NAMES)
+    assert not {"latency.kernel.graph", "latency.kernel.launch", "latency.kernel.duration"} & set(NAMES)
 
 
 def test_skinny_matmul_shapes_count_their_own_flops():

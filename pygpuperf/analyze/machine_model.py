@@ -16,8 +16,9 @@ from pygpuperf.core import documents
 from pygpuperf.core.errors import UsageError
 from pygpuperf.core.validation import CEILING_FAMILIES, check_machine_model, one_line
 from pygpuperf.facts import datasheets
-from pygpuperf.analyze.transfers import link_fits
-from pygpuperf.core.results import MEMORY_CEILING_OPS, Ceiling, MachineModel, Measurement, is_series_point, unit_for
+from pygpuperf.analyze.transfers import fit_measurements, link_fits
+from pygpuperf.core.results import (MEMORY_CEILING_OPS, Ceiling, LinkFit, MachineModel, Measurement, is_series_point,
+                                    unit_for)
 
 BACKEND = "datasheet"
 
@@ -66,6 +67,9 @@ def machine_model(card_key: str) -> MachineModel:
     if "l2_cache_mib" in sizes:
         model.capacity["l2"] = Ceiling(sizes["l2_cache_mib"]["value"] * 2**20, "B",
                                        describe_source(sizes["l2_cache_mib"]), BACKEND)
+    for key, fact in (("compute_units", "multiprocessors"), ("clock_mhz", "boost_clock_mhz")):
+        if fact in sizes:
+            model.facts[key] = float(sizes[fact]["value"])
     if "memory_gb" in sizes:  # decimal GB: the smaller reading of a vendor's "80 GB"
         model.capacity["memory"] = Ceiling(sizes["memory_gb"]["value"] * 1e9, "B",
                                            describe_source(sizes["memory_gb"]), BACKEND)
@@ -111,8 +115,22 @@ def build_machine_model(device: str, measurements: Iterable[Measurement]) -> Mac
             if not m.noisy:
                 quiet.add((family, key))
     model.link_fits = link_fits(measurements)
+    model.memory_fits = memory_size_fits(measurements)
     model.fill_ridge_points()
     return model
+
+
+SIZE_SWEEP = "memory.size.sweep"
+
+
+def memory_size_fits(measurements: Iterable[Measurement]) -> dict[str, LinkFit]:
+    """memory.size.sweep fitted per level and op ("hbm.copy", "l2.read"): time per kernel = t0 + bytes / bandwidth."""
+    groups: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        if m.name == SIZE_SWEEP and m.usable and m.params.get("level") and m.params.get("op"):
+            groups.setdefault(f"{m.params['level']}.{m.params['op']}", []).append(m)
+    fits = {key: fit_measurements(group) for key, group in sorted(groups.items())}
+    return {key: fit for key, fit in fits.items() if fit is not None}
 
 
 

@@ -110,8 +110,8 @@ def load_results(path: str | os.PathLike) -> Results:
     """Load and validate a results.json."""
     results = Results.from_dict(load_document(path, "results", "pygpuperf/1 results file"))
     model, device = results.machine_model, results.meta.get("device")
-    if model is not None and not model.capacity and isinstance(device, dict):
-        model.fill_capacity(device)  # files written before the model kept sizes
+    if model is not None and (not model.capacity or not model.facts) and isinstance(device, dict):
+        model.fill_capacity(device)  # files written before the model kept sizes and chip facts
     return results
 
 

@@ -290,6 +290,10 @@ class MachineModel:
     # "tensor.fp16.acc32/hbm" -> FLOP per byte where that compute roof meets main memory's.
     ridge_points: dict[str, float] = field(default_factory=dict)
     capacity: dict[str, Ceiling] = field(default_factory=dict)  # "l2", "memory" -> bytes
+    # Bytes per kernel against time, fitted as t = t0 + bytes / bandwidth per level ("hbm", "l2"): memory.size.sweep.
+    memory_fits: dict[str, LinkFit] = field(default_factory=dict)
+    # Chip facts the kernel-time model needs: "compute_units" (multiprocessors), "clock_mhz" (boost clock).
+    facts: dict[str, float] = field(default_factory=dict)
 
     def fill_capacity(self, device_meta: dict[str, Any], source: str = "device properties") -> None:
         """Cache and memory sizes in bytes from a run's meta.device (l2_cache_bytes, l3_cache_bytes, memory_bytes)."""
@@ -297,6 +301,10 @@ class MachineModel:
             value = device_meta.get(meta_key)
             if value:
                 self.capacity[key] = Ceiling(float(value), "B", source, "")
+        for key, meta_key in (("compute_units", "multiprocessor_count"), ("clock_mhz", "sm_clock_max_mhz")):
+            value = device_meta.get(meta_key)
+            if value and key not in self.facts:
+                self.facts[key] = float(value)
 
     def capacity_bytes(self, key: str) -> float | None:
         c = self.capacity.get(key)
@@ -461,7 +469,9 @@ class Results:
             tables = {k: {n: Ceiling(**c) for n, c in d[k].items()} for k in ("compute", "memory", "links", "latency", "communication",
                                                                           "capacity") if k in d}
             fits = {n: LinkFit(**f) for n, f in d.get("link_fits", {}).items()}  # absent from older documents
-            return MachineModel(device=d["device"], origin=d["origin"], link_fits=fits,
+            memory_fits = {n: LinkFit(**f) for n, f in d.get("memory_fits", {}).items()}
+            return MachineModel(device=d["device"], origin=d["origin"], link_fits=fits, memory_fits=memory_fits,
+                                facts={k: float(v) for k, v in d.get("facts", {}).items()},
                                 ridge_points=dict(d.get("ridge_points", {})), **tables)
 
         def workload(d: dict[str, Any]) -> WorkloadResult:

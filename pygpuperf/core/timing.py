@@ -106,10 +106,52 @@ class HostClockTimer(SampleTimer):
         return list(self._seconds)
 
 
+class KernelClockTimer(SampleTimer):
+    """The device time of the kernels each sample ran, from the profiler's device activity trace
+    (CUPTI on CUDA): each kernel's own start-to-end, without the gaps between kernels that events
+    measure. Samples must launch the same number of kernels; their durations are summed per sample."""
+
+    def __init__(self, device: torch.device, samples: int) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._device = device
+        self._samples = samples
+        self._profile = profile(activities=[ProfilerActivity.CUDA])
+        self._profile.__enter__()
+
+    def start(self, i: int) -> None:
+        pass
+
+    def stop(self, i: int) -> None:
+        pass
+
+    def seconds(self) -> list[float]:
+        import json
+        import os
+        import tempfile
+
+        synchronize(self._device)
+        self._profile.__exit__(None, None, None)
+        with tempfile.TemporaryDirectory(prefix="pygpuperf-kernels-") as folder:
+            path = os.path.join(folder, "trace.json")
+            self._profile.export_chrome_trace(path)
+            with open(path, encoding="utf-8") as f:
+                events = json.load(f).get("traceEvents", [])
+        # The chrome trace's "kernel" category: the one spelling kineto has kept across releases.
+        kernels = sorted((e for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"),
+                         key=lambda e: float(e["ts"]))
+        if not kernels or len(kernels) % self._samples:
+            raise RuntimeError(f"the profiler saw {len(kernels)} kernels for {self._samples} samples: "
+                               "not the same number per sample")
+        per = len(kernels) // self._samples
+        return [sum(float(e.get("dur", 0.0)) for e in kernels[i * per:(i + 1) * per]) / 1e6
+                for i in range(self._samples)]
+
+
 def sample_seconds(run: Callable[[], Any], device: torch.device, warmup: int, samples: int, *,
                    before_sample: Callable[[], Any] | None = None, spin: bool = False,
                    before_timing: Callable[[], Any] | None = None, spin_cycles: int = SPIN_CYCLES_PER_SAMPLE,
-                   host_clock: bool = False) -> list[float]:
+                   host_clock: bool = False, kernel_clock: bool = False) -> list[float]:
     """The one timing loop (pgp::measure's, in Python), every timed thing goes through it: probes,
     collectives, a model's steps.
 
@@ -119,7 +161,8 @@ def sample_seconds(run: Callable[[], Any], device: torch.device, warmup: int, sa
     With `spin`, the GPU first spins for `spin_cycles` per sample, about as long as the host takes
     to queue each, so the events time the runs back to back on the device rather than the host's
     launch rate; a model's steps are timed without it, as a training loop runs them. `host_clock`
-    times what the host spends issuing each sample instead (the device runs on meanwhile).
+    times what the host spends issuing each sample instead (the device runs on meanwhile);
+    `kernel_clock` the kernels' own durations from the profiler (:class:`KernelClockTimer`, CUDA only).
     """
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
@@ -132,8 +175,11 @@ def sample_seconds(run: Callable[[], Any], device: torch.device, warmup: int, sa
     synchronize(device)
     if before_timing is not None:
         before_timing()
-    timer = HostClockTimer(device, samples) if host_clock else make_timer(device, samples)
-    if spin and device.type == "cuda" and hasattr(torch.cuda, "_sleep"):
+    if kernel_clock and device.type != "cuda":
+        raise ValueError(f"kernel_clock needs a CUDA device's activity trace, not {device.type}")
+    timer = (HostClockTimer(device, samples) if host_clock else KernelClockTimer(device, samples) if kernel_clock
+             else make_timer(device, samples))
+    if spin and not kernel_clock and device.type == "cuda" and hasattr(torch.cuda, "_sleep"):
         torch.cuda._sleep(spin_cycles * samples)
     for i in range(samples):
         if before_sample is not None:

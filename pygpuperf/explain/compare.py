@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.explain import attribution, words
 from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, category_times,
                                            matched_deltas)
-from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
+from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, OTHER,
                                      Idle, KernelRecord, Timeline, Waterfall)
 from pygpuperf.core.results import Finding
@@ -76,7 +76,8 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
     throughput = Throughput.from_dict(doc["throughput"]) if doc.get("throughput") else None
     return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})), throughput,
                        {str(k): str(v) for k, v in doc.get("settings", {}).items()},
-                       [Finding(**f) for f in doc.get("findings", [])])
+                       [Finding(**f) for f in doc.get("findings", [])],
+                       [CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))])
 
 
 def load_explanation(path: str | Path) -> Explanation:

@@ -410,6 +410,11 @@ def op_cost(op: str, input_shapes: Sequence[Any], dtypes: Sequence[Any],
     return OpCost(float(rule.flops), float(total), formula)
 
 
+def moves_no_data(op: str) -> bool:
+    """Whether an aten op only allocates, aliases or reshapes ("aten::view"): it launches no kernel."""
+    return op.removeprefix("aten::") in _NO_DATA
+
+
 def has_rule(op: str) -> bool:
     """Whether aten `op` has a FLOP and byte rule (views and allocations included)."""
     return _handler(_base_name(op)) is not None

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from pygpuperf.explain import attribution, costs, timeline, trace, words
+from pygpuperf.explain import accesses, attribution, costs, timeline, trace, words
 from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
 from pygpuperf.core.results import MachineModel, Stats
 
@@ -64,6 +64,11 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
     explained: list[ExplainedStep] = []
     unknown: dict[str, float] = {}
     for step in captured.steps:
+        if captured.access_step is not None:
+            tied = accesses.attach(step.kernels, captured.access_step.kernels, captured.access_step.kernel_calls,
+                                   captured.calls)
+            for record, call in zip(step.kernels, tied.kernel_calls):
+                record.call = call
         for op, us in _cost_records(step).items():
             unknown[op] = unknown.get(op, 0.0) + us
         attribution.assign_bounds(step.kernels, model)
@@ -78,7 +83,7 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
     median = explained[walls.index(statistics.median_low(walls))]
     count = len(explained)
     explanation = Explanation(str(captured.device), explained, median, {op: us / count for op, us in unknown.items()},
-                              throughput, dict(settings or {}))
+                              throughput, dict(settings or {}), calls=list(captured.calls))
     from pygpuperf.explain import findings  # findings reads Explanation from here
 
     explanation.findings = findings.explain_findings(explanation, explanation.settings, model)
@@ -119,7 +124,8 @@ def explain(step_fn: Callable[[], Any], model: MachineModel | None = None, devic
     if throughput is None and timed_steps != 0:
         throughput = measure_throughput(step_fn, device, samples_per_step, steps=timed_steps)
         warmup = min(warmup, 1)  # already warm
-    captured = trace.capture_step(step_fn, device, steps=steps, warmup=warmup, model=module, trace_path=trace_path)
+    captured = trace.capture_step(step_fn, device, steps=steps, warmup=warmup, model=module, trace_path=trace_path,
+                                  accesses=True, resident=accesses.resident_storages([module]) if module else None)
     return explain_captured(captured, model, throughput, settings)
 
 

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.core.results import Finding, Stats
 
 # Kernel classes, in the order reports list them.
@@ -48,12 +49,31 @@ class KernelRecord:
     precision: str = ""  # ceiling key suffix it is held against, e.g. "fp16.acc32", "fp32"
     flops: float = 0.0  # this kernel's share of its op's FLOPs
     bytes: float = 0.0  # this kernel's share of its op's minimum traffic
-    bound_us: float | None = None  # roofline lower bound on the measured machine model
+    bound_us: float | None = None  # kernel-time model's lower bound on the measured machine model (fixed + work)
     ceiling: str = ""  # which MachineModel ceiling set the bound, e.g. "compute:tensor.fp16.acc32"
+    call: int | None = None  # the traced op call (Explanation.calls) that launched it; None: not traced
+    fixed_us: float = 0.0  # the fixed-cost part of bound_us
 
     @property
     def end_us(self) -> float:
         return self.start_us + self.duration_us
+
+
+@dataclass(frozen=True)
+class CallAccesses:
+    """One op call of a traced step (pygpuperf.explain.accesses): what it read and wrote, in issue order."""
+
+    index: int
+    op: str
+    accesses: tuple[Access, ...]
+
+    def to_list(self) -> list[Any]:
+        return [self.op, [[a.storage, a.nbytes, a.write, a.resident] for a in self.accesses]]
+
+    @staticmethod
+    def from_list(index: int, item: Any) -> "CallAccesses":
+        op, accesses = item
+        return CallAccesses(index, str(op), tuple(Access(int(s), int(n), bool(w), bool(r)) for s, n, w, r in accesses))
 
 
 @dataclass
@@ -140,6 +160,7 @@ class Explanation:
     throughput: Throughput | None = None  # timed without the profiler
     settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
     findings: list[Finding] = field(default_factory=list)  # pygpuperf.explain.findings, once computed
+    calls: list[CallAccesses] = field(default_factory=list)  # the traced step's op calls (KernelRecord.call)
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
@@ -155,4 +176,15 @@ class Explanation:
             "self_check": [r.name for r in step.self_check],
             "unknown_ops_us": self.unknown_ops,
             "kernels": [dataclasses.asdict(r) for r in step.kernels],
+            "calls": _numbered_storages(self.calls),
         }
+
+
+def _numbered_storages(calls: list[CallAccesses]) -> list[Any]:
+    """The calls as lists, storages renumbered 1, 2, ... in order of first use (addresses mean nothing later)."""
+    numbers: dict[int, int] = {}
+    out = []
+    for call in calls:
+        op, accesses = call.to_list()
+        out.append([op, [[numbers.setdefault(s, len(numbers) + 1), n, w, r] for s, n, w, r in accesses]])
+    return out

@@ -35,8 +35,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from pygpuperf.explain.accesses import AccessTraceMode, call_of
 from pygpuperf.explain.classify import KernelContext, MathSettings, classify
-from pygpuperf.explain.model import VECTOR_MATH, MEMORY_BOUND, KernelRecord
+from pygpuperf.explain.model import VECTOR_MATH, MEMORY_BOUND, CallAccesses, KernelRecord
 
 STEP_RANGE = "pygpuperf::step"
 MODULE_PREFIX = "module::"
@@ -120,6 +121,9 @@ class StepTrace:
     kernel_ops: list[HostOp | None] = field(default_factory=list)
     ops: list[HostOp] = field(default_factory=list)
     syncs: list[tuple[float, float]] = field(default_factory=list)  # host calls that waited on the device
+    # The traced op call (pygpuperf.explain.accesses) that launched each kernel, parallel to kernels: set in
+    # a step run under AccessTraceMode, None elsewhere.
+    kernel_calls: list[int | None] = field(default_factory=list)
 
     @property
     def wall_us(self) -> float:
@@ -132,6 +136,8 @@ class CapturedSteps:
     steps: list[StepTrace]
     settings: MathSettings
     trace_path: str | None = None  # where the chrome trace was kept, if asked to
+    access_step: StepTrace | None = None  # one more step, run under AccessTraceMode (its kernel_calls set)
+    calls: list[CallAccesses] = field(default_factory=list)  # that step's op calls and what each touched
 
 
 @dataclass(slots=True)
@@ -376,6 +382,7 @@ def steps_from_chrome_trace(
         record.kernel_class, record.precision = classify(record, context)
         out[step.index].kernels.append(record)
         out[step.index].kernel_ops.append(host_ops.get(id(op)) if op is not None else None)
+        out[step.index].kernel_calls.append(_call(anchor))
 
     if not any(e.cat in _DEVICE_CATEGORIES for e in events):
         _host_op_records(host, locate, seq_module, out)
@@ -391,12 +398,36 @@ def steps_from_chrome_trace(
     return out
 
 
+class _CallMarks:
+    """The pygpuperf::call#<i> ranges of each host thread, for the first one inside a host op."""
+
+    def __init__(self, host: list[_Event]) -> None:
+        self.by_thread: dict[tuple[Any, Any], list[_Event]] = {}
+        for ev in host:
+            if ev.cat == "user_annotation" and call_of([ev.name]) is not None:
+                self.by_thread.setdefault((ev.pid, ev.tid), []).append(ev)
+        for marks in self.by_thread.values():
+            marks.sort(key=lambda e: e.ts)
+        self.starts = {k: [e.ts for e in v] for k, v in self.by_thread.items()}
+
+    def inside(self, ev: _Event) -> int | None:
+        key = (ev.pid, ev.tid)
+        marks = self.by_thread.get(key)
+        if not marks:
+            return None
+        i = bisect.bisect_left(self.starts[key], ev.ts - _EPS_US)
+        if i < len(marks) and marks[i].end <= ev.end + _EPS_US:
+            return call_of([marks[i].name])
+        return None
+
+
 def _host_op_records(host: list[_Event], locate: _Locator, seq_module: dict[int, str], out: list[StepTrace]) -> None:
     """Records of a run with no device kernels (a CPU): each op the cost rules know, outermost first
     (an enclosed op with a rule is part of its caller's time), classified by what it computes. Time
     outside such ops is the framework's own work, which the timeline counts as host-bound."""
     from pygpuperf.explain import costs
 
+    marks = _CallMarks(host)
     for ev in host:
         if ev.cat != "cpu_op" or ev.name.startswith(_BACKWARD_PREFIX) or not costs.has_rule(ev.name):
             continue
@@ -417,6 +448,16 @@ def _host_op_records(host: list[_Event], locate: _Locator, seq_module: dict[int,
         record.kernel_class = VECTOR_MATH if costs.is_math_op(ev.name) else MEMORY_BOUND
         out[step.index].kernels.append(record)
         out[step.index].kernel_ops.append(None)
+        # An op with a cost rule may be composite (aten::linear): the traced call it ran is inside it.
+        call = _call(ev)
+        out[step.index].kernel_calls.append(call if call is not None else marks.inside(ev))
+
+
+def _call(ev: _Event | None) -> int | None:
+    """The traced call (a pygpuperf::call#<i> range) around a launch or host op, if any."""
+    if ev is None:
+        return None
+    return call_of(a.name for a in ev.ancestors() if a.cat == "user_annotation")
 
 
 def _set_windows(steps: list[StepTrace]) -> None:
@@ -485,6 +526,8 @@ def capture_step(
     warmup: int = 2,
     model: Any = None,
     trace_path: str | None = None,
+    accesses: bool = False,
+    resident: Callable[[], set[int]] | None = None,
 ) -> CapturedSteps:
     """Run `step_fn` `warmup` times, then profile `steps` steps and return their records.
 
@@ -492,7 +535,9 @@ def capture_step(
     (kineto's schedule warm-up, which keeps tracer start-up out of the data) and one lead-in
     step whose only role is to give the first reported step a steady-state start (the GPU
     still busy with the previous step, as in training). `model`, when given, gets module
-    ranges (see module_ranges). `trace_path` keeps the chrome trace there.
+    ranges (see module_ranges). `trace_path` keeps the chrome trace there. `accesses` profiles one
+    more step under :class:`~pygpuperf.explain.accesses.AccessTraceMode` (what each op call reads and
+    writes; `resident` names the storages that do not grow with the batch).
     """
     import torch
     from torch.autograd.profiler import record_function
@@ -537,4 +582,33 @@ def capture_step(
     reported = parsed[1:]  # the lead-in step only sets the first reported step's start
     for i, step in enumerate(reported):
         step.index = i
-    return CapturedSteps(device=str(device), steps=reported, settings=settings, trace_path=trace_path)
+    captured = CapturedSteps(device=str(device), steps=reported, settings=settings, trace_path=trace_path)
+    if accesses:
+        captured.access_step, captured.calls = _access_step(step_fn, device, activities, index, settings, resident)
+    return captured
+
+
+def _access_step(step_fn: Callable[[], Any], device: Any, activities: list[Any], index: int | None,
+                 settings: MathSettings, resident: Callable[[], set[int]] | None
+                 ) -> tuple[StepTrace | None, list[CallAccesses]]:
+    """One step under AccessTraceMode and the profiler: its kernels tied to the calls that launched them."""
+    from torch.autograd.profiler import record_function
+    from torch.profiler import profile
+
+    mode = AccessTraceMode(resident, mark=True)
+    with profile(activities=activities, record_shapes=False) as prof:
+        with record_function(STEP_RANGE), mode:
+            step_fn()
+        _synchronize(device)
+    folder = tempfile.mkdtemp(prefix="pygpuperf-access-")
+    path = os.path.join(folder, "trace.json")
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    finally:
+        os.remove(path)
+        os.rmdir(folder)
+    steps = steps_from_chrome_trace(trace, device_index=index, settings=settings)
+    calls = mode.finish()
+    return (steps[0] if steps else None), calls

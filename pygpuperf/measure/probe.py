@@ -44,6 +44,8 @@ class Probe(ABC):
     spin_cycles = SPIN_CYCLES_PER_SAMPLE
     #: Time what the host spends issuing a run rather than the run on the device (launch rates).
     host_clock = False
+    #: Time the kernels' own durations from the profiler's activity trace (no gaps between them; CUDA only).
+    kernel_clock = False
 
     def waiver(self, device: torch.device) -> str | None:
         """Why this probe cannot run on `device`, or None when it can."""
@@ -124,7 +126,7 @@ def run_probe(probe: Probe, device: torch.device, settings: RunSettings) -> Prob
                 probe.poison()
             seconds = sample_seconds(probe.run, device, settings.warmup, settings.samples,
                                      before_sample=probe.before_sample, spin=True, spin_cycles=probe.spin_cycles,
-                                     host_clock=probe.host_clock)
+                                     host_clock=probe.host_clock, kernel_clock=probe.kernel_clock)
             if settings.poison_after_runs:
                 probe.poison()
             synchronize(device)

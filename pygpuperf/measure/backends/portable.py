@@ -770,10 +770,15 @@ _SPIN_PER_TINY_KERNEL = 40_000
 # What each mode times: the kernel model's fixed cost per kernel (t_fixed) and the launch figures around it.
 _KERNEL_MODES = {
     "back_to_back": "device time per tiny kernel, queued ahead of the GPU (the GPU spins while the host issues them)",
+    "duration": "one tiny kernel's own duration, start to end, from the profiler's activity trace (no gaps)",
     "graph": "device time per tiny kernel replayed from one CUDA graph",
     "launch": "host time to issue one tiny op (torch dispatch and the launch call), the GPU running meanwhile",
     "single": "one tiny op from the host call to its completion (launch, run, synchronize)",
 }
+
+
+# Modes a CPU has no counterpart for: it runs an op where it is called.
+_GPU_ONLY_KERNEL_MODES = ("graph", "launch", "duration")
 
 
 class KernelLatencyProbe(Probe):
@@ -782,9 +787,10 @@ class KernelLatencyProbe(Probe):
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.name = f"latency.op.{mode}"
+        self.name = f"latency.kernel.{mode}"
         self.description = f"{_KERNEL_MODES[mode]}: torch.add(x, 1, out=y) on one element"
         self.host_clock = mode == "launch"
+        self.kernel_clock = mode == "duration"
         self.spin_cycles = _SPIN_PER_TINY_KERNEL * (1 if mode == "single" else _TINY_KERNELS)
         self._x: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
@@ -792,10 +798,10 @@ class KernelLatencyProbe(Probe):
         self._device = torch.device("cpu")
 
     def waiver(self, device: torch.device) -> str | None:
-        if device.type == "cpu" and self.mode in ("graph", "launch"):
+        if device.type == "cpu" and self.mode in _GPU_ONLY_KERNEL_MODES:
             return "a CPU runs an op where it is called: no launch to time apart from the op, no graphs"
-        if self.mode == "graph" and device.type != "cuda":
-            return f"CUDA graphs are a CUDA feature; {device.type} has none"
+        if self.mode in ("graph", "duration") and device.type != "cuda":
+            return f"{'CUDA graphs' if self.mode == 'graph' else 'the CUDA activity trace'} is CUDA's; {device.type} has none"
         return None
 
     def setup(self, device: torch.device, settings: RunSettings) -> None:
@@ -839,7 +845,8 @@ class KernelLatencyProbe(Probe):
 
     def params(self) -> Params:
         return {"mode": self.mode, "ops_per_run": int(self.work().operations), "op": "torch.add(x, 1, out=y)",
-                "elements": 1, "spin_cycles_per_sample": self.spin_cycles if not self.host_clock else 0}
+                "elements": 1, "timer": "host" if self.host_clock else "kernels" if self.kernel_clock else "events",
+                "spin_cycles_per_sample": 0 if self.host_clock or self.kernel_clock else self.spin_cycles}
 
     def teardown(self) -> None:
         self._x = self._y = self._graph = None
@@ -957,8 +964,7 @@ def _make_probes(device: torch.device) -> dict[str, Probe]:
     cpu = device.type == "cpu"
     probes: list[Probe] = [MemoryProbe(level, kind) for kind in ("copy", "read", "write", "scale", "triad")]
     probes += [LibraryMatmulProbe(variant) for variant in _MATMUL_DTYPES if not (cpu and variant in _GPU_ONLY_MATMULS)]
-    probes += [KernelLatencyProbe(mode) for mode in _KERNEL_MODES
-               if not (cpu and mode in ("graph", "launch"))]
+    probes += [KernelLatencyProbe(mode) for mode in _KERNEL_MODES if not (cpu and mode in _GPU_ONLY_KERNEL_MODES)]
     if device.type == "cuda":
         probes.append(KernelSizeProbe())
     if not cpu:

@@ -1,0 +1,70 @@
+"""Profiles for the kernel-time model's checks: each workload explained at several batch sizes, in one process.
+
+    python benchmarks/kernel_model_data.py RESULTS.json OUT resnet50-train-amp:1,32,64,128,256,512 gpt-100m-train:1,8,16,32
+
+OUT/<name>-bs<N>/explain.json is what `python -m pygpuperf.explain` writes there (with the traced
+op calls); OUT/runs.json one row per run: the unprofiled step (median, p5,
+p95, CV over 30 steps timed as a training loop runs them, no sync per step) and the profile's
+kernel count. Batch 1 is the host floor: the step's host time where the device has little to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from pygpuperf.core import documents
+from pygpuperf.explain import explainer
+from pygpuperf.workloads import get_workload
+
+
+def run(name: str, batch: int, model, out: Path, device: str) -> dict:
+    started = time.monotonic()
+    with get_workload(name).build(device, batch) as built:
+        explanation = explainer.explain_built(built, model, device, steps=3)
+        params = dict(built.params)
+    explanation.settings = params
+    out.mkdir(parents=True, exist_ok=True)  # explain.json alone: the charts would not fit what comes back
+    (out / "explain.json").write_text(json.dumps(explanation.to_dict(), default=str), encoding="utf-8")
+    t = explanation.throughput
+    step = explanation.median
+    return {"name": name, "batch": batch, "step_ms": t.step_us.median / 1e3, "p5_ms": t.step_us.p5 / 1e3,
+            "p95_ms": t.step_us.p95 / 1e3, "cv": t.step_us.cv, "steps": t.step_us.n,
+            "samples_per_s": t.samples_per_s, "kernels": len(step.kernels),
+            "traced_kernels": sum(k.call is not None for k in step.kernels), "calls": len(explanation.calls),
+            "peak_memory_gb": (t.peak_memory_bytes or 0) / 1e9, "seconds": time.monotonic() - started}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("results", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("runs", nargs="+", help="NAME:BS,BS,...")
+    p.add_argument("--device", default="cuda")
+    args = p.parse_args()
+    model = documents.load_results(args.results).machine_model
+    rows = []
+    for spec in args.runs:
+        name, _, sizes = spec.partition(":")
+        for batch in (int(b) for b in sizes.split(",")):
+            try:
+                rows.append(run(name, batch, model, args.out / f"{name}-bs{batch}", args.device))
+            except Exception as exc:  # one run failing must not lose the others
+                rows.append({"name": name, "batch": batch, "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                             "trace": traceback.format_exc()[-2000:]})
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            r = rows[-1]
+            print(json.dumps({k: v for k, v in r.items() if k != "trace"}), flush=True)
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "runs.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,281 @@
+"""The kernel-time model: what one kernel costs on a machine, from the work it does.
+
+    t = t_fixed + max(FLOPs / (P(precision) x wave efficiency), max over levels of traffic(level) / B(level))
+
+Every term is a figure of a :class:`~pygpuperf.core.results.MachineModel`: measured by the
+probes on a measured card, or a datasheet fact on a datasheet card (stated as such by
+:class:`CardTerms`). Nothing in it is fitted to a workload.
+
+* ``t_fixed``: a kernel's own duration when it does nothing (``latency.kernel.duration``, from
+  the device's activity trace): launch ramp-up and tail drain. The gap between back-to-back
+  kernels (``latency.kernel.back_to_back`` minus that) is idle device time, kept apart.
+* ``P``: the precision's matrix or vector ceiling (:meth:`MachineModel.matrix_ceiling`), times the
+  wave efficiency of a tiled GEMM: ``tiles / (waves x units)`` with ``waves = ceil(tiles / units)``
+  on a card of ``units`` multiprocessors. A 133-tile GEMM on 132 units runs two waves at 50 %.
+* Memory, the hierarchical roofline: bytes served from each level come from :func:`reuse_traffic`,
+  an LRU estimate over the step's own access order. A read of data an earlier kernel of the step
+  touched is served by the smallest cache whose capacity holds everything touched since; every
+  other read, and every write (write-back caches hand it on), is main-memory traffic. Traffic
+  reaching a level is what it serves plus what passes through it to farther levels, and the
+  slowest level sets the term. Without an access trace, bytes up to the last-level cache's size
+  may be served by it (a lower limit whether or not the data was resident).
+
+The bound is a lower limit on the time: the ceilings are the best measured figures, and the
+fixed cost is that of an empty kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pygpuperf.core.results import Ceiling, MachineModel
+
+# What a kernel's time is bounded by (its class, as the explainer names kernel classes).
+MATRIX = "matrix"  # GEMM/convolution on the matrix units
+VECTOR = "vector"  # math on the vector units (CUDA cores, CPU SIMD)
+MEMORY = "memory"  # bytes through the memory system; FLOPs at the fp32 vector ceiling
+LINK = "link"  # a host copy over the host link
+COLLECTIVE = "collective"  # bus bytes at the collective's bandwidth
+KINDS = (MATRIX, VECTOR, MEMORY, LINK, COLLECTIVE)
+
+# Cache levels a model may know a size and a bandwidth for, nearest first.
+CACHE_LEVELS = ("l1", "l2", "l3")
+# The machine-model fact keys the model reads (MachineModel.facts).
+UNITS = "compute_units"
+CLOCK = "clock_mhz"
+# Latency keys of the fixed cost (MachineModel.latency, ns).
+FIXED_KEY = "kernel.duration"
+PERIOD_KEY = "kernel.back_to_back"
+
+
+# --------------------------------------------------------------------------- reuse
+
+
+@dataclass(frozen=True)
+class Access:
+    """One tensor an op call reads or writes: its memory (a storage's base address), the bytes touched,
+    and whether it is resident (a parameter, buffer or gradient: its size does not follow the batch)."""
+
+    storage: int
+    nbytes: int
+    write: bool
+    resident: bool = False
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Where one call's bytes come from: reads by level served (cache keys and main memory), writes."""
+
+    reads: Mapping[str, float]
+    written: float
+    resident: float  # bytes of resident storages among reads and writes
+
+    @property
+    def total(self) -> float:
+        return sum(self.reads.values()) + self.written
+
+    def shares(self) -> dict[str, float]:
+        """Share of the call's bytes served by each level, writes counted at main memory."""
+        total = self.total
+        return {level: b / total for level, b in self.reads.items() if b > 0} if total > 0 else {}
+
+
+def reuse_traffic(calls: Sequence[Sequence[Access]], caches: Sequence[tuple[str, float]], main: str) -> list[Traffic]:
+    """Serve each call's reads from the nearest cache that still holds them, by an LRU stack over the calls'
+    order: a storage touched before is resident in a cache of capacity C when the distinct bytes touched since
+    its last touch, plus its own, fit in C. `caches` are (level, capacity in bytes); `main` names main memory.
+    A call touching one storage twice reads it once. Writes go to main memory and leave the data cached."""
+    levels = sorted(((c, level) for level, c in caches if c > 0))
+    largest = levels[-1][0] if levels else 0.0
+    stack: OrderedDict[int, int] = OrderedDict()  # storage -> bytes, least recent first
+    held = 0  # bytes on the stack
+    out = []
+    for accesses in calls:
+        reads: dict[int, int] = {}
+        writes: dict[int, int] = {}
+        resident = 0.0
+        for a in accesses:
+            target = writes if a.write else reads
+            target[a.storage] = max(target.get(a.storage, 0), a.nbytes)
+            resident += a.nbytes if a.resident else 0
+        served = dict.fromkeys([level for _, level in levels] + [main], 0.0)
+        for storage, nbytes in reads.items():
+            level = main
+            if storage in stack:
+                distance = nbytes
+                for key in reversed(stack):
+                    if key == storage:
+                        break
+                    distance += stack[key]
+                    if distance > largest:
+                        break
+                level = next((name for capacity, name in levels if distance <= capacity), main)
+            served[level] += nbytes
+        for storage, nbytes in (*reads.items(), *writes.items()):
+            held -= stack.pop(storage, 0)
+            stack[storage] = nbytes
+            held += nbytes
+        while held > 2 * largest and len(stack) > 1:  # what lies this deep is a miss in every cache
+            held -= stack.popitem(last=False)[1]
+        out.append(Traffic(served, float(sum(writes.values())), resident))
+    return out
+
+
+# --------------------------------------------------------------------------- the card
+
+
+@dataclass(frozen=True)
+class CardTerms:
+    """The terms of the model a machine model gives, and where each came from."""
+
+    fixed_us: float  # an empty kernel's own duration
+    gap_us: float  # device idle between two back-to-back kernels
+    units: int | None  # multiprocessors / compute units (for waves)
+    caches: tuple[tuple[str, float], ...]  # (level, capacity bytes) with a bandwidth, nearest first
+    notes: tuple[str, ...] = ()  # assumptions, for the output
+
+
+def card_terms(model: MachineModel, reference: MachineModel | None = None) -> CardTerms:
+    """The model's terms; a datasheet card without a measured fixed cost takes the `reference` card's
+    (the measured source), scaled by the clock ratio, and says so."""
+    notes = []
+    fixed = _latency_us(model, FIXED_KEY)
+    period = _latency_us(model, PERIOD_KEY)
+    if fixed is None and reference is not None and _latency_us(reference, FIXED_KEY) is not None:
+        scale = _clock_ratio(reference, model)
+        fixed = _latency_us(reference, FIXED_KEY) * scale
+        ref_period = _latency_us(reference, PERIOD_KEY)
+        period = ref_period * scale if ref_period is not None else None
+        notes.append(f"fixed cost per kernel {fixed:.2f} us: {reference.device}'s measured figure"
+                     + (f" x its clock / this card's ({scale:.2f})" if scale != 1 else "") + " (assumed)")
+    if fixed is None:
+        fixed = 0.0
+        notes.append("no fixed cost per kernel measured: kernels are bounded by their work alone")
+    gap = max(period - fixed, 0.0) if period is not None else 0.0
+    units = model.facts.get(UNITS)
+    caches = tuple((level, model.capacity_bytes(level) or 0.0) for level in CACHE_LEVELS
+                   if model.capacity_bytes(level))
+    return CardTerms(fixed, gap, int(units) if units else None, caches, tuple(notes))
+
+
+def _latency_us(model: MachineModel, key: str) -> float | None:
+    c = model.latency.get(key)
+    return c.value / 1e3 if c is not None and c.value > 0 else None
+
+
+def _clock_ratio(reference: MachineModel, model: MachineModel) -> float:
+    a, b = reference.facts.get(CLOCK), model.facts.get(CLOCK)
+    return a / b if a and b else 1.0
+
+
+def wave_efficiency(tiles: int | None, units: int | None) -> float:
+    """tiles / (waves x units): the share of the card's units a tiled kernel keeps busy over its waves."""
+    if not tiles or not units or tiles <= 0:
+        return 1.0
+    waves = math.ceil(tiles / units)
+    return tiles / (waves * units)
+
+
+# --------------------------------------------------------------------------- one kernel
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """What a kernel does, in the terms the model prices."""
+
+    kind: str  # one of KINDS
+    precision: str = ""  # "fp16.acc32", "fp32", ...
+    flops: float = 0.0
+    bytes: float = 0.0  # minimum traffic, reads and writes
+    shares: Mapping[str, float] | None = None  # share of `bytes` served by each level (reuse_traffic); None: unknown
+    tiles: int | None = None  # output tiles of a tiled GEMM, for waves
+    channel: str = ""  # the links / communication key of a copy or collective
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel priced on one machine: t = fixed + max(compute, memory)."""
+
+    fixed_us: float
+    compute_us: float
+    memory_us: float
+    wave_efficiency: float = 1.0
+    compute_ceiling: str = ""  # "compute:tensor.fp16.acc32"
+    memory_ceiling: str = ""  # "memory:hbm", "links:h2d.pinned"
+    traffic: Mapping[str, float] = field(default_factory=dict)  # bytes reaching each level
+
+    @property
+    def work_us(self) -> float:
+        return max(self.compute_us, self.memory_us)
+
+    @property
+    def total_us(self) -> float:
+        return self.fixed_us + self.work_us
+
+    @property
+    def ceiling(self) -> str:
+        """The ceiling that sets the work term, or "fixed" when the kernel does no priced work."""
+        if self.work_us <= 0:
+            return "fixed" if self.fixed_us > 0 else ""
+        return self.compute_ceiling if self.compute_us >= self.memory_us else self.memory_ceiling
+
+
+def _seconds_us(work: float, ceiling: Ceiling) -> float:
+    return ceiling.seconds(work) * 1e6
+
+
+def memory_time(work: KernelWork, model: MachineModel) -> tuple[float, str, dict[str, float]]:
+    """(µs, ceiling, bytes reaching each level) of a kernel's bytes through the memory hierarchy."""
+    main = model.dram_key()
+    if main is None or work.bytes <= 0:
+        return 0.0, "", {}
+    caches = [level for level in CACHE_LEVELS if level in model.memory and model.capacity_bytes(level)]
+    if work.shares is not None:
+        served = {level: work.bytes * share for level, share in work.shares.items()}
+        served[main] = work.bytes - sum(b for level, b in served.items() if level != main)
+    else:
+        # No trace: up to the last-level cache's size may be served by it.
+        last = max(caches, key=lambda level: model.capacity_bytes(level) or 0, default=None)
+        cached = min(work.bytes, model.capacity_bytes(last) or 0) if last else 0.0
+        served = {main: work.bytes - cached, **({last: cached} if last else {})}
+    order = [level for level in CACHE_LEVELS if level in served or level in caches] + [main]
+    traffic: dict[str, float] = {}
+    farther = 0.0
+    for level in reversed(order):  # a level carries what it serves and what passes through it
+        farther += served.get(level, 0.0)
+        traffic[level] = farther
+    terms = [(_seconds_us(traffic[level], model.memory[level]), f"memory:{level}")
+             for level in order if level in model.memory and traffic.get(level, 0) > 0]
+    if not terms:
+        return 0.0, "", traffic
+    us, ceiling = max(terms)
+    return us, ceiling, traffic
+
+
+def kernel_time(work: KernelWork, model: MachineModel, terms: CardTerms | None = None) -> KernelTime:
+    """The kernel priced on `model` (:data:`KINDS` say by which ceilings); zero terms where the model has
+    no ceiling for the work, so the result stays a lower limit."""
+    terms = terms or card_terms(model)
+    fixed = terms.fixed_us
+    if work.kind == LINK:
+        link = model.links.get(work.channel)
+        us = _seconds_us(work.bytes / 2, link) if link is not None and work.bytes > 0 else 0.0  # read + written
+        return KernelTime(fixed, 0.0, us, memory_ceiling=f"links:{work.channel}" if us else "")
+    if work.kind == COLLECTIVE:
+        bus = model.communication.get(work.channel)
+        us = _seconds_us(work.bytes, bus) if bus is not None and work.bytes > 0 else 0.0
+        return KernelTime(fixed, 0.0, us, memory_ceiling=f"communication:{work.channel}" if us else "")
+    memory_us, memory_ceiling, traffic = memory_time(work, model)
+    compute_us, compute_ceiling, efficiency = 0.0, "", 1.0
+    if work.flops > 0:
+        ceiling = (model.matrix_ceiling(work.precision) if work.kind == MATRIX
+                   else model.vector_ceiling(work.precision or "fp32") if work.kind == VECTOR
+                   else model.vector_ceiling("fp32"))
+        if ceiling is not None:
+            efficiency = wave_efficiency(work.tiles, terms.units) if work.kind == MATRIX else 1.0
+            compute_us = _seconds_us(work.flops, ceiling[1]) / efficiency
+            compute_ceiling = f"compute:{ceiling[0]}"
+    return KernelTime(fixed, compute_us, memory_us, efficiency, compute_ceiling, memory_ceiling, traffic)
