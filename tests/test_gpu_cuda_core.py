@@ -147,7 +147,7 @@ def test_sweep_accounting(sweep_runs):
     for variant, run in sweep_runs.items():
         p = run.params
         precision, intensity = variant.split(".", 1)
-        assert p["precision"] == precision and p["flop_per_byte"] == intensity
+        assert p["precision"] == precision and p["flop_per_byte"] == float(intensity)
         buffer_bytes = int(p["buffer_bytes"])
         assert run.bytes_read == buffer_bytes and run.bytes_written == buffer_bytes
         assert buffer_bytes >= 4 * l2, f"{variant}: buffer {buffer_bytes} B < 4 x L2 {l2} B"

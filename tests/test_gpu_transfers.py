@@ -73,7 +73,7 @@ def test_transfer_verifies_and_counts_every_copy(name, size):
     assert p["host_memory"].startswith("pageable" if ".pageable" in name else "pinned")
     assert p["direction"] == {"h2d": "host to device", "d2h": "device to host", "bidir": "both at once"}[
         name.split(".")[1]]
-    assert NODE.fullmatch(p["gpu_numa_node"]), p["gpu_numa_node"]
+    assert NODE.fullmatch(str(p["gpu_numa_node"])), p["gpu_numa_node"]
     assert all(NODE.fullmatch(n) for n in p["host_numa_node"].split(",")), p["host_numa_node"]
     if size == "16MiB":
         assert gbps(r) > 1.0, f"{name}: {gbps(r):.2f} GB/s"
@@ -127,7 +127,7 @@ def test_h2d_latency_round_trips_are_plausible():
     assert r.operations == int(p["round_trips"]) > 0
     assert r.bytes_read == 0 and r.bytes_written == 0
     assert int(p["message_bytes"]) == 4 and p["mechanism"]
-    assert NODE.fullmatch(p["gpu_numa_node"]) and NODE.fullmatch(p["host_numa_node"])
+    assert NODE.fullmatch(str(p["gpu_numa_node"])) and NODE.fullmatch(str(p["host_numa_node"]))
     us = statistics.median(r.sample_seconds) / r.operations * 1e6
     assert 0.3 <= us <= 100, f"{us:.3f} us per round trip"
 

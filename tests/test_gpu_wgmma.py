@@ -88,7 +88,7 @@ def test_wgmma_variant_verifies_and_counts_its_work(kind, variant, device_meta):
     n, k = int(p["n"]), int(p["k"])
     assert variant == f"wgmma.m64n{n}k{k}.{p['a_source']}"
     assert p["instruction"].startswith(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}."), p["instruction"]
-    assert p["local_bytes_per_thread"] == "0", f"{variant} spills: {p}"
+    assert p["local_bytes_per_thread"] == 0, f"{variant} spills: {p}"
     # FLOP accounting: CTAs x warpgroups x wgmmas x 2*64*N*K, with the one extra +B per warpgroup.
     wgmmas = int(p["wgmmas_per_warpgroup"])
     assert wgmmas == int(p["iters"]) * int(p["wgmmas_per_iter"]) + 1

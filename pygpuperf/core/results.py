@@ -107,8 +107,8 @@ class Telemetry:
 
 # A measurement parameter: a number where it counts something, text where it names something.
 ParamValue = int | float | str | bool
-# Parameters that name something however they are spelled: a variant called "8192" is a name.
-TEXT_PARAMS = frozenset({"variant", "source_variant"})
+# Identifiers that look like numbers but are not quantities: a variant "1024", NUMA nodes "0" or "0,1".
+TEXT_PARAMS = frozenset({"variant", "source_variant", "gpu_numa_node", "host_numa_node"})
 _INTEGER = re.compile(r"^[+-]?\d+$")
 _REAL = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 

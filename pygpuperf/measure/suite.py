@@ -97,11 +97,14 @@ def run_one(probe: PlannedProbe, device: torch.device, settings: RunSettings) ->
         if probe.variant:  # every backend's result says which variant it is
             measurement.params.setdefault("variant", probe.variant)
         return measurement
-    except (RuntimeError, ValueError) as exc:
-        # torch.OutOfMemoryError is a RuntimeError too: keep going with the other probes.
+    except Exception as exc:  # noqa: BLE001 - a stop (KeyboardInterrupt) still ends the run
+        # One probe's failure, whatever it is (out of memory, a library error, a bug in the probe), is that
+        # probe's result: the run goes on with the others.
         if device.type == "cuda":
             torch.cuda.empty_cache()
         message = " ".join(str(exc).split())[:500]
+        if not isinstance(exc, (RuntimeError, ValueError)):
+            message = f"{type(exc).__name__}: {message}"
         return Measurement.not_run(probe.name, backend=backend_name, device=str(device), status="error", reason=message)
 
 

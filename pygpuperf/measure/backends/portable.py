@@ -927,7 +927,7 @@ class KernelSizeProbe(Probe):
         if self._op == "copy":
             dst.copy_(src)
         elif self._op == "read":
-            torch.sum(src, dtype=torch.float32, out=dst[0])
+            torch.sum(src, dim=0, dtype=torch.float32, out=dst[0])
         else:
             dst.fill_(_FILL_VALUE)
 
