@@ -273,7 +273,7 @@ def test_numa_placement_of_the_latency_probe_counts_too():
     found = [f for f in transfers.transfer_findings(node_measurements() + [latency], node_facts()) if "NUMA" in f.title]
     assert len(found) == 1 and found[0].evidence["gpu"] == 1
     assert found[0].evidence["probes"] == {"latency.h2d (native-cuda)": {
-        "value": pytest.approx(2000.0), "unit": "ns", "gpu_numa_node": 1, "host_numa_node": 0}}
+        "value": pytest.approx(2000.0), "unit": "ns", "gpu_numa_node": 1, "host_numa_node": "0"}}
 
 
 def test_without_transfer_samples_the_link_facts_stand_in():
