@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.explain import attribution as at
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM, Idle,
+                                     CallAccesses,
                                      KernelRecord, Timeline)
 from pygpuperf.core.results import Ceiling, MachineModel
 
@@ -90,7 +92,7 @@ def test_waterfall_adds_up_from_the_ideal_to_the_measured_step():
     assert list(w.parts) == list(at.WATERFALL_PARTS)
     assert w.ideal_us == pytest.approx(10 + 4 + 20 + 2 + 10)
     assert w.parts == pytest.approx({
-        at.PART_TENSOR: 15, at.PART_MEMORY: 6, at.PART_FALLBACK: 130, at.PART_LAYOUT: 8, at.PART_MEMCPY: 1,
+        at.PART_FIXED: 0, at.PART_TENSOR: 15, at.PART_MEMORY: 6, at.PART_FALLBACK: 130, at.PART_LAYOUT: 8, at.PART_MEMCPY: 1,
         at.PART_COMMUNICATION: 2, at.PART_OTHER: 4, at.IDLE_HOST: 20, at.IDLE_LAUNCH: 5, at.IDLE_SYNC: 3})
     assert w.measured_us == 240
     assert w.ideal_us + sum(w.parts.values()) == pytest.approx(w.measured_us, abs=1e-9)
@@ -235,16 +237,32 @@ def test_op_call_ids_group_kernels_exactly():
     assert [r.flops for r in records] == [pytest.approx(5e8), pytest.approx(5e8), pytest.approx(1e9)]
 
 
-def test_bytes_that_fit_in_l2_are_bound_at_l2_speed_and_the_rest_at_main_memory():
+def test_without_a_trace_bytes_up_to_the_l2_size_may_come_from_the_l2():
     m = _model()
     m.capacity["l2"] = Ceiling(2e6, "B", "test", "")
     small = k("vectorized_elementwise_kernel", 0, 1, MEMORY_BOUND, nbytes=1e6)
     assert at.kernel_bound(small, m) == (pytest.approx(1e6 / 5000e9 * 1e6), "memory:l2")  # 0.2 us at 5 TB/s
     big = k("vectorized_elementwise_kernel", 0, 10, MEMORY_BOUND, nbytes=10e6)
     bound, ceiling = at.kernel_bound(big, m)
-    assert ceiling == "memory:l2+hbm"
-    assert bound == pytest.approx(2e6 / 5000e9 * 1e6 + 8e6 / 1000e9 * 1e6)  # 0.4 + 8 us
-    assert at.kernel_bound(big, m, cache_aware=False) == (pytest.approx(10.0), "memory:hbm")
+    # 8 MB reach main memory, all 10 MB pass through the L2: the slower level sets the time.
+    assert ceiling == "memory:hbm" and bound == pytest.approx(8e6 / 1000e9 * 1e6)  # 8 us
     # Without a known L2 size the bound stays with main memory.
     del m.capacity["l2"]
     assert at.kernel_bound(small, m) == (pytest.approx(1.0), "memory:hbm")
+
+
+def test_with_a_trace_first_touch_bytes_come_from_main_memory_whatever_their_size():
+    m = _model()
+    m.capacity["l2"] = Ceiling(60e6, "B", "test", "")
+    weights = CallAccesses(0, "aten::mm", (Access(1, 25_000_000, False, True), Access(2, 8_000, True)))
+    reread = CallAccesses(1, "aten::add", (Access(2, 8_000, False), Access(3, 8_000, True)))
+    gemv = k("gemv", 0, 30, MEMORY_BOUND, nbytes=25_008_000)
+    gemv.call = 0
+    add = k("add", 30, 1, MEMORY_BOUND, nbytes=16_000)
+    add.call = 1
+    shares = at.reuse_shares([weights, reread], m)
+    # 25 MB "fit" the 60 MB L2, but nothing was resident: HBM, 25 us at 1 TB/s
+    assert at.kernel_bound(gemv, m, shares) == (pytest.approx(25.008), "memory:hbm")
+    assert at.kernel_bound(gemv, m) == (pytest.approx(25.008e6 / 5000e9 * 1e6), "memory:l2")  # the size rule
+    # the activation just written is read from the L2; only the write reaches HBM
+    assert at.kernel_bound(add, m, shares) == (pytest.approx(8_000 / 1000e9 * 1e6), "memory:hbm")

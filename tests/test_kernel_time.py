@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from pygpuperf.analyze.kernel_time import Access, reuse_traffic
+from pygpuperf.analyze.kernel_time import (MATRIX, MEMORY, Access, KernelWork, card_terms, kernel_time,
+                                            reuse_traffic)
+from pygpuperf.core.results import Ceiling, MachineModel
 from pygpuperf.explain.accesses import AccessTraceMode, resident_storages
+from pygpuperf.explain.classify import classify
+from pygpuperf.explain.model import MEMORY_BOUND, TENSOR_GEMM, KernelRecord
 
 MB = 1 << 20
 
@@ -63,3 +69,58 @@ def test_access_trace_marks_writes_views_and_resident_storages():
     mul = calls[-1]
     out_key = out.untyped_storage().data_ptr()
     assert [a.write for a in mul.accesses if a.storage == out_key] == [True]
+
+
+def _card(units: int = 132, fixed_ns: float | None = 2000.0) -> MachineModel:
+    model = MachineModel("card", compute={"tensor.fp16.acc32": Ceiling(100.0, "TFLOP/s", "t", "t"),
+                                          "cuda.fp32": Ceiling(20.0, "TFLOP/s", "t", "t")},
+                         memory={"hbm": Ceiling(1000.0, "GB/s", "t", "t"), "l2": Ceiling(4000.0, "GB/s", "t", "t")},
+                         capacity={"l2": Ceiling(50e6, "B", "t", "t")}, facts={"compute_units": float(units)})
+    if fixed_ns is not None:
+        model.latency["kernel.duration"] = Ceiling(fixed_ns, "ns", "t", "t")
+    return model
+
+
+def test_a_fixed_cost_dominates_a_tiny_kernel():
+    tiny = kernel_time(KernelWork(MEMORY, "fp32", 0.0, 4096.0, shares={}), _card())  # first touch: from HBM
+    assert tiny.fixed_us == 2.0 and tiny.memory_us == pytest.approx(4096 / 1000e9 * 1e6)
+    assert tiny.total_us == pytest.approx(2.0041, rel=1e-4) and tiny.fixed_us / tiny.total_us > 0.99
+    big = kernel_time(KernelWork(MEMORY, "fp32", 0.0, 1e9, shares={}), _card())
+    assert big.fixed_us / big.total_us < 0.002  # 1 GB: 1 ms of bytes, 2 us fixed
+    assert kernel_time(KernelWork(MEMORY, "fp32", 0.0, 4096.0), _card(fixed_ns=None)).total_us < 0.01
+
+
+def test_wave_quantization_on_two_unit_counts():
+    gemm = KernelWork(MATRIX, "fp16.acc32", 100e12 * 1e-3, 1e6, tiles=(133,))  # 1 ms at the full roof
+    on_132 = kernel_time(gemm, _card(units=132))
+    on_133 = kernel_time(gemm, _card(units=133))
+    assert on_133.compute_us == pytest.approx(1000.0)  # one full wave
+    assert on_132.wave_efficiency == pytest.approx(133 / 264)  # 132 + 1 tile: a second wave, nearly empty
+    assert on_132.compute_us == pytest.approx(1000.0 * 264 / 133)
+    # fewer tiles than units: the library splits K to fill the card, no wave loss is assumed
+    assert kernel_time(KernelWork(MATRIX, "fp16.acc32", 1e9, 0.0, tiles=(40,)), _card()).wave_efficiency == 1.0
+    # of two tile orientations, the one with fuller waves counts
+    assert kernel_time(dataclasses.replace(gemm, tiles=(133, 132)), _card(units=132)).wave_efficiency == 1.0
+
+
+def test_a_gemv_is_bounded_by_its_bytes_whatever_runs_it():
+    n = k = 4096
+    # 1 token through a weight read for the first time in the step (shares {}: nothing served by a cache)
+    gemv = KernelWork(MATRIX, "fp16.acc32", 2.0 * n * k, 2.0 * n * k + 4 * (n + k), shares={})
+    t = kernel_time(gemv, _card())
+    assert t.memory_us > 50 * t.compute_us and t.ceiling == "memory:hbm"
+    record = KernelRecord("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT", 0.0, 40.0, op="aten::mm",
+                          input_shapes=[[1, k], [k, n]], dtypes=["c10::Half", "c10::Half"])
+    assert classify(record)[0] == MEMORY_BOUND  # a decode GEMV is a memory-bound kernel, not tensor-core under-use
+    record.input_shapes = [[4096, k], [k, n]]
+    assert classify(record)[0] == TENSOR_GEMM
+
+
+def test_the_bound_of_a_datasheet_card_takes_the_measured_fixed_cost_at_its_clock():
+    measured = _card()
+    measured.facts["clock_mhz"] = 2000.0
+    sheet = _card(fixed_ns=None)
+    sheet.facts["clock_mhz"] = 1000.0
+    terms = card_terms(sheet, measured)
+    assert terms.fixed_us == pytest.approx(4.0) and "assumed" in terms.notes[0]
+    assert card_terms(sheet).fixed_us == 0.0 and "no fixed cost" in card_terms(sheet).notes[0]

@@ -10,9 +10,10 @@ import pytest
 from pygpuperf.explain import attribution
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC
 from pygpuperf.analyze.machine_model import machine_model as datasheets_model
-from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
+from pygpuperf.analyze.kernel_time import Access
+from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import MEMORY_BOUND, TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall
-from pygpuperf.predict import dram_efficiency, predict, runs_as
+from pygpuperf.predict import predict, predict_batch, runs_as
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
 
 
@@ -123,23 +124,84 @@ def test_a_step_that_does_not_fit_is_predicted_at_the_largest_batch_that_does():
     assert any("alone do not fit" in n for n in tiny.notes)
 
 
-def test_a_kernel_that_fits_only_the_source_l2_is_priced_at_the_source_dram_efficiency():
-    source, target = _model(), _model()
-    source.capacity["l2"] = Ceiling(50e6, "B", "t", "t")
-    target.capacity["l2"] = Ceiling(6e6, "B", "t", "t")
-    big = KernelRecord("copy_big", start_us=0.0, duration_us=250.0, kernel_class=MEMORY_BOUND, bytes=200e6)  # 80 %
-    small = KernelRecord("add_small", start_us=300.0, duration_us=10.0, kernel_class=MEMORY_BOUND, bytes=20e6)  # 200 %
-    line = Timeline(wall_us=310.0, busy_us=260.0, idle=Idle(host_bound_us=50.0))
-    step = ExplainedStep(0, [big, small], line, Waterfall(0, {}, 310.0, 0, 1), [])
-    profile = Explanation("synthetic", [step], step)
-    assert dram_efficiency(profile.median.kernels, source) == pytest.approx(0.8)
+def _with_l2(model: MachineModel, capacity: float) -> MachineModel:
+    model.memory["l2"] = Ceiling(4000.0, "GB/s", "t", "t")
+    model.capacity["l2"] = Ceiling(capacity, "B", "t", "t")
+    return model
+
+
+def test_a_reread_that_stays_in_the_source_l2_but_not_the_target_s_streams_from_dram_there():
+    """Reuse decides the level, per card: a 20 MB activation written by one kernel and read by the next is
+    an L2 hit under a 50 MB L2 and a DRAM read under a 6 MB one."""
+    mb = 1e6
+    calls = [CallAccesses(0, "aten::mul", (Access(1, int(20 * mb), True),)),
+             CallAccesses(1, "aten::add", (Access(1, int(20 * mb), False), Access(2, int(20 * mb), True)))]
+    write = KernelRecord("write", start_us=0.0, duration_us=40.0, kernel_class=MEMORY_BOUND, bytes=20 * mb, call=0)
+    reread = KernelRecord("reread", start_us=50.0, duration_us=40.0, kernel_class=MEMORY_BOUND, bytes=40 * mb, call=1)
+    line = Timeline(wall_us=90.0, busy_us=80.0, idle=Idle(host_bound_us=10.0))
+    step = ExplainedStep(0, [write, reread], line, Waterfall(0, {}, 90.0, 0, 1), [])
+    profile = Explanation("synthetic", [step], step, calls=calls)
+    source, target = _with_l2(_model(), 50 * mb), _with_l2(_model(), 6 * mb)
+    # Source: the reread's 20 MB read hits the L2, its 20 MB write goes to HBM: 20 us of HBM traffic, 40 measured.
     p = predict(profile, source, target)
-    # small: 20 us at the target's DRAM over 0.8, instead of its L2-assisted 10 us
-    assert _by(p, MEMORY_BOUND) == pytest.approx((260.0, 250.0 + 20.0 / 0.8))
-    assert any("fit the source's L2 but not the target's" in n for n in p.notes)
-    # A target with an L2 as large keeps the measured efficiency.
-    target.capacity["l2"] = Ceiling(50e6, "B", "t", "t")
-    assert _by(predict(profile, source, target), MEMORY_BOUND) == pytest.approx((260.0, 260.0))
+    assert _by(p, MEMORY_BOUND) == pytest.approx((80.0, 40.0 + 40.0 * 2))  # 40 MB from HBM on the target: twice
+    assert predict(profile, source, _with_l2(_model(), 50 * mb)).step_us == pytest.approx(90.0)
+
+
+def _batch_profile() -> Explanation:
+    """A forward GEMM (compute-bound, 1000 us of work measured at 1100 with 100 us fixed), a tiny forward kernel
+    (all fixed cost), and an optimizer kernel over the parameters; fixed cost 100 us per kernel."""
+    gemm = KernelRecord("gemm", start_us=0.0, duration_us=1100.0, kernel_class=TENSOR_GEMM, precision="fp16.acc32",
+                        flops=100e12 * 1e-3, bytes=1e6, phase="forward", call=0)
+    tiny = KernelRecord("tiny", start_us=1100.0, duration_us=100.0, kernel_class=MEMORY_BOUND, bytes=1000.0,
+                        phase="forward", call=1)
+    update = KernelRecord("adam", start_us=1200.0, duration_us=600.0, kernel_class=MEMORY_BOUND, bytes=500e6,
+                          phase="optimizer", call=2)
+    calls = [CallAccesses(0, "aten::mm", (Access(1, 500_000, False), Access(2, 500_000, False, True))),
+             CallAccesses(1, "aten::relu", (Access(3, 1000, True),)),
+             CallAccesses(2, "aten::_foreach_add_", (Access(2, 500_000_000, True, True),))]
+    line = Timeline(wall_us=1800.0, busy_us=1800.0, idle=Idle())
+    step = ExplainedStep(0, [gemm, tiny, update], line, Waterfall(0, {}, 1800.0, 0, 1), [])
+    profile = Explanation("synthetic", [step], step, calls=calls)
+    profile.throughput = Throughput(Stats(1800.0, 1800.0, 1800.0, 1800.0, 0.0, 10), 64)
+    return profile
+
+
+def _with_fixed_cost(model: MachineModel, us: float) -> MachineModel:
+    model.latency["kernel.duration"] = Ceiling(us * 1e3, "ns", "t", "t")
+    return model
+
+
+def test_a_batch_change_scales_the_work_not_the_fixed_cost_nor_the_optimizer():
+    model = _with_fixed_cost(_model(), 100.0)
+    profile = _batch_profile()
+    same = predict_batch(profile, model, 64)
+    assert same.step_us == pytest.approx(1800.0)
+    quarter = predict_batch(profile, model, 16)
+    assert quarter.samples_per_step == 16
+    # GEMM: 100 fixed + 1000 x 1/4; the tiny kernel stays at its fixed cost; the optimizer does not shrink.
+    assert quarter.step_us == pytest.approx(100 + 250 + 100 + 600)
+    fixed_share_64 = 200 / 1800  # of the two forward kernels' fixed costs in the step
+    fixed_share_16 = 200 / quarter.step_us
+    assert fixed_share_16 > 1.5 * fixed_share_64
+    assert quarter.throughput == pytest.approx(16 / (quarter.step_us * 1e-6))
+    # The host's time per step, where given, bounds the step from below.
+    assert predict_batch(profile, model, 16, host_step_us=5000.0).step_us == pytest.approx(5000.0)
+
+
+def test_the_residual_carried_from_the_source_is_reported():
+    model = _with_fixed_cost(_model(), 100.0)
+    faster = _with_fixed_cost(_model(fp16_acc32=200.0), 100.0)
+    p = predict(_batch_profile(), model, faster)
+    # GEMM work 1000 -> 500 us on the target; it carried no residual (measured = fixed + work). The optimizer's
+    # 500 MB at 1000 GB/s is 500 us of work, measured 600 - 100: no residual either.
+    assert p.carried_us == pytest.approx(0.0, abs=1e-6)
+    slow = _batch_profile()
+    gemm, tiny, update = slow.median.kernels
+    gemm.duration_us, tiny.start_us, update.start_us = 2100.0, 2100.0, 2200.0  # GEMM: 100 fixed + 2 x its work
+    q = predict(slow, model, faster)
+    assert q.carried_us == pytest.approx(500.0)  # the second 500 us of the GEMM on the target
+    assert "residual carried from the source" in q.confidence
 
 
 def test_validation_takes_ratios_inside_each_group():

@@ -7,11 +7,13 @@ probes on a measured card, or a datasheet fact on a datasheet card (stated as su
 :class:`CardTerms`). Nothing in it is fitted to a workload.
 
 * ``t_fixed``: a kernel's own duration when it does nothing (``latency.kernel.duration``, from
-  the device's activity trace): launch ramp-up and tail drain. The gap between back-to-back
+  the device's activity trace): launch ramp-up and tail drain; copies and fills the runtime issues
+  (memcpy, memset) do not pay it. The gap between back-to-back
   kernels (``latency.kernel.back_to_back`` minus that) is idle device time, kept apart.
 * ``P``: the precision's matrix or vector ceiling (:meth:`MachineModel.matrix_ceiling`), times the
   wave efficiency of a tiled GEMM: ``tiles / (waves x units)`` with ``waves = ceil(tiles / units)``
-  on a card of ``units`` multiprocessors. A 133-tile GEMM on 132 units runs two waves at 50 %.
+  on a card of ``units`` multiprocessors. A 133-tile GEMM on 132 units runs two waves at 50 %;
+  fewer tiles than units count as full (libraries split K to fill the card).
 * Memory, the hierarchical roofline: bytes served from each level come from :func:`reuse_traffic`,
   an LRU estimate over the step's own access order. A read of data an earlier kernel of the step
   touched is served by the smallest cache whose capacity holds everything touched since; every
@@ -149,7 +151,7 @@ def card_terms(model: MachineModel, reference: MachineModel | None = None) -> Ca
         fixed = _latency_us(reference, FIXED_KEY) * scale
         ref_period = _latency_us(reference, PERIOD_KEY)
         period = ref_period * scale if ref_period is not None else None
-        notes.append(f"fixed cost per kernel {fixed:.2f} us: {reference.device}'s measured figure"
+        notes.append(f"fixed cost per kernel {fixed:.2f} us: the measured card's figure"
                      + (f" x its clock / this card's ({scale:.2f})" if scale != 1 else "") + " (assumed)")
     if fixed is None:
         fixed = 0.0
@@ -172,8 +174,10 @@ def _clock_ratio(reference: MachineModel, model: MachineModel) -> float:
 
 
 def wave_efficiency(tiles: int | None, units: int | None) -> float:
-    """tiles / (waves x units): the share of the card's units a tiled kernel keeps busy over its waves."""
-    if not tiles or not units or tiles <= 0:
+    """tiles / (waves x units): the share of the card's units a tiled kernel keeps busy over its waves.
+    Fewer tiles than units count as one full wave: libraries split K (split-K, stream-K) to fill the
+    card then, and the bound must stay a lower limit."""
+    if not tiles or not units or tiles <= units:
         return 1.0
     waves = math.ceil(tiles / units)
     return tiles / (waves * units)
@@ -191,8 +195,9 @@ class KernelWork:
     flops: float = 0.0
     bytes: float = 0.0  # minimum traffic, reads and writes
     shares: Mapping[str, float] | None = None  # share of `bytes` served by each level (reuse_traffic); None: unknown
-    tiles: int | None = None  # output tiles of a tiled GEMM, for waves
+    tiles: tuple[int, ...] = ()  # output tiles of a tiled GEMM, one count per tile orientation (the fuller wins)
     channel: str = ""  # the links / communication key of a copy or collective
+    fixed: bool = True  # pays a kernel's fixed cost (copies and fills the runtime issues itself do not)
 
 
 @dataclass(frozen=True)
@@ -259,7 +264,7 @@ def kernel_time(work: KernelWork, model: MachineModel, terms: CardTerms | None =
     """The kernel priced on `model` (:data:`KINDS` say by which ceilings); zero terms where the model has
     no ceiling for the work, so the result stays a lower limit."""
     terms = terms or card_terms(model)
-    fixed = terms.fixed_us
+    fixed = terms.fixed_us if work.fixed else 0.0
     if work.kind == LINK:
         link = model.links.get(work.channel)
         us = _seconds_us(work.bytes / 2, link) if link is not None and work.bytes > 0 else 0.0  # read + written
@@ -275,7 +280,8 @@ def kernel_time(work: KernelWork, model: MachineModel, terms: CardTerms | None =
                    else model.vector_ceiling(work.precision or "fp32") if work.kind == VECTOR
                    else model.vector_ceiling("fp32"))
         if ceiling is not None:
-            efficiency = wave_efficiency(work.tiles, terms.units) if work.kind == MATRIX else 1.0
+            efficiency = max((wave_efficiency(t, terms.units) for t in work.tiles), default=1.0) \
+                if work.kind == MATRIX else 1.0
             compute_us = _seconds_us(work.flops, ceiling[1]) / efficiency
             compute_ceiling = f"compute:{ceiling[0]}"
     return KernelTime(fixed, compute_us, memory_us, efficiency, compute_ceiling, memory_ceiling, traffic)

@@ -1,4 +1,4 @@
-"""`python -m pygpuperf.predict`: re-price an explained step on other cards (pygpuperf.predict).
+"""`python -m pygpuperf.predict`: price an explained step on other cards or at another batch size (pygpuperf.predict).
 
 Exit codes: 0 done; 2 bad input (one line naming the fix).
 """
@@ -26,10 +26,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = cli.Parser(prog="python -m pygpuperf.predict", description=__doc__.splitlines()[0])
     p.add_argument("--profile", type=Path, required=True, help="explain.json, or the folder holding it")
     p.add_argument("--source-model", required=True, help="results.json of the profiled GPU, or datasheet:<card>")
-    p.add_argument("--target", action="append", default=[], help="datasheet:<card> or results.json (repeatable)")
+    p.add_argument("--target", action="append", default=[],
+                   help="datasheet:<card> or results.json (repeatable; default with --batch-size: the source card)")
     p.add_argument("--price", action="append", default=[], metavar="NAME=EUR_PER_HOUR",
                    help="hourly price of a target, by its card name (repeatable)")
-    p.add_argument("--samples-per-step", type=int, help="samples per step (default: the profile's batch)")
+    p.add_argument("--samples-per-step", type=int, help="samples per step of the profile (default: its batch)")
+    p.add_argument("--batch-size", type=int,
+                   help="predict the step at this batch (default: the profile's, or the largest that fits the target)")
+    p.add_argument("--host-step-ms", type=float,
+                   help="the host's own time per step (the step timed at batch 1): the step is then at least that")
     p.add_argument("--peak-memory-gb", type=float, help="memory the step needs (default: the profile's peak)")
     p.add_argument("--source-step-ms", type=float,
                    help="step time without the profiler, for profiles that do not record it")
@@ -79,8 +84,8 @@ def _print_table(predictions: Sequence[Prediction], prices: dict[str, float]) ->
 
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.target and not args.validate:
-        raise UsageError("give at least one --target (datasheet:<card> or results.json) or --validate FILE")
+    if not args.target and not args.validate and args.batch_size is None:
+        raise UsageError("give at least one --target (datasheet:<card> or results.json), --batch-size N or --validate FILE")
     if not args.profile.exists():
         raise UsageError(f"--profile {args.profile}: no such file or folder")
     try:
@@ -89,9 +94,11 @@ def run(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
         raise UsageError(f"--profile {validation.one_line(args.profile, 120)}: not a usable explain.json "
                          f"({validation.one_line(exc)})") from None
-    if args.samples_per_step is not None and args.samples_per_step < 1:
-        raise UsageError(f"--samples-per-step {args.samples_per_step}: needs at least 1")
-    for name, value in (("--peak-memory-gb", args.peak_memory_gb), ("--source-step-ms", args.source_step_ms)):
+    for name, value in (("--samples-per-step", args.samples_per_step), ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} {value}: needs at least 1")
+    for name, value in (("--peak-memory-gb", args.peak_memory_gb), ("--source-step-ms", args.source_step_ms),
+                        ("--host-step-ms", args.host_step_ms)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f"{name} {value}: give a positive number")
     source = load_model(args.source_model)
@@ -123,15 +130,17 @@ def _predict_and_write(args: argparse.Namespace, profile: Explanation, source: L
         print(text)
         if out:
             (out / "prediction-validation.txt").write_text(text + "\n", encoding="utf-8")
-        if not args.target:
+        if not args.target and args.batch_size is None:
             return 0
     predictions = []
-    for spec in args.target:
-        target = load_model(spec)
+    targets = [load_model(spec) for spec in args.target] or [source]
+    for target in targets:
         peak = args.peak_memory_gb * 1e9 if args.peak_memory_gb else None
+        name = target.name if args.batch_size is None else f"{target.name} at batch {args.batch_size}"
         predictions.append(predict(profile, source.model, target.model, samples_per_step=args.samples_per_step,
                                    peak_memory_bytes=peak, source_step_us=step_us, source_name=source.name,
-                                   target_name=target.name))
+                                   target_name=name, batch_size=args.batch_size,
+                                   host_step_us=args.host_step_ms * 1e3 if args.host_step_ms else None))
     predictions.sort(key=lambda p: -p.throughput)
     if args.json:
         print(json.dumps(prediction_documents(predictions, prices), indent=1))

@@ -15,23 +15,27 @@ one stream a kernel's exclusive time is its duration.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
-from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
-                                     TENSOR_GEMM, KernelRecord, Timeline, Waterfall)
+from pygpuperf.analyze.kernel_time import (COLLECTIVE, LINK, MATRIX, MEMORY, VECTOR, CardTerms, KernelTime,
+                                            KernelWork, card_terms, kernel_time, reuse_traffic)
 from pygpuperf.core.precision import precision_of
-from pygpuperf.core.results import Ceiling, MachineModel
+from pygpuperf.core.results import MachineModel
+from pygpuperf.explain import tiles
+from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
+                                     TENSOR_GEMM, CallAccesses, KernelRecord, Timeline, Waterfall)
 
 from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_COMMUNICATION, PART_FALLBACK,
-                                     PART_LAYOUT, PART_MEMCPY, PART_MEMORY, PART_OTHER, PART_TENSOR, UNEXPLAINED)
+                                     PART_FIXED, PART_LAYOUT, PART_MEMCPY, PART_MEMORY, PART_OTHER, PART_TENSOR,
+                                     UNEXPLAINED)
 
 # Waterfall parts (ids; pygpuperf.explain.words has their words), in the order they stack on the ideal.
-WATERFALL_PARTS = (PART_TENSOR, PART_MEMORY, PART_FALLBACK, PART_LAYOUT, PART_MEMCPY, PART_COMMUNICATION, PART_OTHER,
-                   IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC)
+WATERFALL_PARTS = (PART_FIXED, PART_TENSOR, PART_MEMORY, PART_FALLBACK, PART_LAYOUT, PART_MEMCPY, PART_COMMUNICATION,
+                   PART_OTHER, IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC)
 
-_CACHE_LEVELS = ("l2", "l3")
 # A kernel faster than its bound by more than this factor has a wrong FLOP or byte count.
 SELF_CHECK_MARGIN = 1.05
 
@@ -53,10 +57,6 @@ def _precision(record: KernelRecord) -> str:
     return next((p for d in record.dtypes if isinstance(d, str) and (p := precision_of(d))), "")
 
 
-def _seconds_us(work: float, ceiling: Ceiling) -> float:
-    return ceiling.seconds(work) * 1e6
-
-
 def _link_key(name: str, model: MachineModel) -> str | None:
     """The link ceiling of a host copy ('Memcpy HtoD (Pinned -> Device)'); pinned stands in for an unmeasured
     pageable figure, since it is the faster of the two and the bound must stay a lower limit."""
@@ -75,104 +75,93 @@ def _collective_key(name: str) -> str | None:
     return next((key for token, key in _COLLECTIVES if token in flat), None)
 
 
-def _terms(flops: float, compute: tuple[str, Ceiling] | None,
-           memory: tuple[float, str] | None) -> list[tuple[float, str]]:
-    """The compute term (FLOPs at the ceiling) and the memory term (from :func:`memory_term` or a link)."""
-    terms = []
-    if flops > 0 and compute is not None:
-        terms.append((_seconds_us(flops, compute[1]), f"compute:{compute[0]}"))
-    if memory is not None:
-        terms.append(memory)
-    return terms
-
-
-def memory_term(nbytes: float, model: MachineModel, cache_aware: bool = True) -> tuple[float, str] | None:
-    """(µs, ceiling) to move `nbytes` through the memory system at its best.
-
-    Cache-aware (the default, where the model knows its L2's size and a faster L2 ceiling):
-    bytes up to the L2's capacity may be served at the L2 ceiling, the rest at main memory's,
-    since a working set that fits can stay resident from the kernel that wrote it. The bound
-    stays a lower limit whether or not the data was resident. Otherwise main memory alone.
-    """
-    dram = model.dram_key()
-    if dram is None or nbytes <= 0:
-        return None
-    main = model.memory[dram]
-    # The last-level cache with a known size and a ceiling above main memory's: L2 on GPUs, L3 on CPUs.
-    caches = [(model.capacity_bytes(k), k) for k in _CACHE_LEVELS
-              if model.capacity_bytes(k) and k in model.memory and model.memory[k].value > main.value]
-    if cache_aware and caches:
-        capacity, level = max(caches)
-        cached = min(nbytes, capacity)
-        us = _seconds_us(cached, model.memory[level]) + _seconds_us(nbytes - cached, main)
-        return us, f"memory:{level}" if nbytes <= capacity else f"memory:{level}+{dram}"
-    return _seconds_us(nbytes, main), f"memory:{dram}"
-
-
-def kernel_terms(record: KernelRecord, model: MachineModel, cache_aware: bool = True) -> list[tuple[float, str]]:
-    """The roofline terms of one kernel as (µs, "table:key"): what its FLOPs and its bytes take at the
-    ceilings of its class and precision (see :func:`kernel_bound`); empty when it has no bound."""
+def kernel_work(record: KernelRecord, model: MachineModel, shares: Mapping[str, float] | None = None
+                ) -> KernelWork | None:
+    """What the kernel-time model prices of a record: its class as a kind, its work, where its bytes come
+    from (`shares`, from :func:`reuse_shares`) and its output tiles; None when its limiting work is unknown
+    (no FLOPs for a math class, no bytes for the others, class "other")."""
     cls = record.kernel_class
     precision = _precision(record)
-    memory = memory_term(record.bytes, model, cache_aware)
     if cls in _MATH:
         if record.flops <= 0:
-            return []
-        compute = (model.matrix_ceiling(precision) if cls == TENSOR_GEMM and precision
-                   else model.vector_ceiling(precision) if cls == VECTOR_MATH else None)
-        return _terms(record.flops, compute, memory) if compute is not None else []
+            return None
+        kind = MATRIX if cls == TENSOR_GEMM else VECTOR
+        return KernelWork(kind, precision, record.flops, record.bytes, shares, tiles=tiles.output_tiles(record))
     if cls in (MEMORY_BOUND, LAYOUT):
-        return [] if memory is None else _terms(record.flops, model.vector_ceiling("fp32"), memory)
+        return KernelWork(MEMORY, "fp32", record.flops, record.bytes, shares) if record.bytes > 0 else None
     if cls == MEMCPY:
         if record.bytes <= 0:
-            return []
+            return None
         link = _link_key(record.name, model)
-        if link is not None:
-            return [(_seconds_us(record.bytes / 2, model.links[link]), f"links:{link}")]
-        return [] if memory is None else [memory]
+        if link:
+            return KernelWork(LINK, bytes=record.bytes, channel=link, fixed=False)
+        return KernelWork(MEMORY, "fp32", 0.0, record.bytes, shares, fixed=False)
     if cls == COMMUNICATION:
         key = _collective_key(record.name)
-        if record.bytes <= 0 or key is None or key not in model.communication:
-            return []
-        return [(_seconds_us(record.bytes, model.communication[key]), f"communication:{key}")]
-    return []
+        return KernelWork(COLLECTIVE, bytes=record.bytes, channel=key) if key and record.bytes > 0 else None
+    return None
 
 
-def kernel_bound(record: KernelRecord, model: MachineModel, cache_aware: bool = True) -> tuple[float | None, str]:
-    """(roofline lower bound in µs, the ceiling that set it as "table:key") of one kernel.
+def reuse_shares(calls: Sequence[CallAccesses], model: MachineModel) -> dict[int, dict[str, float]]:
+    """Each traced call's share of bytes by the level that serves them (kernel_time.reuse_traffic over the
+    calls in issue order, against the model's caches that have a size and a bandwidth)."""
+    main = model.dram_key()
+    if not calls or main is None:
+        return {}
+    caches = [(level, capacity) for level, capacity in card_terms(model).caches if level in model.memory]
+    traffic = reuse_traffic([c.accesses for c in calls], caches, main)
+    return {c.index: t.shares() for c, t in zip(calls, traffic)}
 
-    The ceilings by class: tensor_gemm ``tensor.<precision>`` (``library.<dtype>`` where no
-    instruction-level figure was measured); vector_math ``cuda.<dtype>`` (fp16/bf16 as
-    ``cuda.<dtype>x2``), falling back to ``cuda.fp32`` and ``library.fp32``;
-    memory_bound and layout the memory system for bytes (:func:`memory_term`: the last-level
-    cache for what fits in it, main memory for the rest) and ``cuda.fp32`` for FLOPs; memcpy_memset the
-    same, or the link for a host copy, whose payload is half the copy's bytes (the copy
-    counts it read and written); communication the collective's ``communication`` ceiling,
-    with bytes as nccl-tests' bus bytes (:func:`pygpuperf.explain.costs.collective_cost`).
-    `cache_aware` False holds every byte to main memory.
 
-    No bound (None, ""): class "other", a kernel whose limiting work is unknown
-    (no FLOPs for a math class, no bytes for the others), or a model without the ceiling.
+def kernel_timing(record: KernelRecord, model: MachineModel, shares: Mapping[int, Mapping[str, float]] | None = None,
+                  terms: CardTerms | None = None) -> KernelTime | None:
+    """The record priced by the kernel-time model on `model` (None: nothing to price, see :func:`kernel_work`)."""
+    share = shares.get(record.call) if shares is not None and record.call is not None else None
+    work = kernel_work(record, model, share)
+    if work is None:
+        return None
+    timing = kernel_time(work, model, terms)
+    return timing if timing.work_us > 0 else None
+
+
+def kernel_bound(record: KernelRecord, model: MachineModel, shares: Mapping[int, Mapping[str, float]] | None = None,
+                 terms: CardTerms | None = None) -> tuple[float | None, str]:
+    """(lower bound in µs, the ceiling that set its work term as "table:key") of one kernel: the kernel-time
+    model's fixed cost plus the larger of its compute and memory terms (:mod:`pygpuperf.analyze.kernel_time`).
+
+    The ceilings by class: tensor_gemm the matrix ceiling of its precision with the wave efficiency of its
+    tiles; vector_math the vector ceiling of its dtype; memory_bound and layout the memory hierarchy for bytes
+    (each level's traffic from the traced reuse, `shares`; without them, the last-level cache for what fits
+    it) and the fp32 vector ceiling for FLOPs; memcpy_memset the same, or the link for a host copy, whose
+    payload is half the copy's bytes (the copy counts it read and written); communication the collective's
+    ceiling, with bytes as nccl-tests' bus bytes (:func:`pygpuperf.explain.costs.collective_cost`).
+
+    No bound (None, ""): class "other", a kernel whose limiting work is unknown, or a model without the ceiling.
     """
-    terms = kernel_terms(record, model, cache_aware)
-    return max(terms) if terms else (None, "")
+    timing = kernel_timing(record, model, shares, terms)
+    return (timing.total_us, timing.ceiling) if timing is not None else (None, "")
 
 
-def tensor_bound(record: KernelRecord, model: MachineModel) -> tuple[float | None, str]:
-    """The bound a vector_math kernel would have on the tensor cores of its dtype (fp32 as tf32):
-    what the waterfall's ideal holds it to. Its own bound where its dtype has no tensor-core ceiling."""
-    if record.kernel_class != VECTOR_MATH or record.flops <= 0:
-        return kernel_bound(record, model)
-    compute = model.matrix_ceiling(_precision(record) or "fp32")
-    if compute is None:
-        return kernel_bound(record, model)
-    return max(_terms(record.flops, compute, memory_term(record.bytes, model)))
+def tensor_bound(record: KernelRecord, model: MachineModel, shares: Mapping[int, Mapping[str, float]] | None = None,
+                 terms: CardTerms | None = None) -> tuple[float | None, str]:
+    """The bound a vector_math kernel would have on the matrix units of its dtype (fp32 as tf32): what the
+    waterfall's ideal holds it to. Its own bound where its dtype has no matrix ceiling."""
+    if record.kernel_class != VECTOR_MATH or record.flops <= 0 or model.matrix_ceiling(_precision(record) or "fp32") is None:
+        return kernel_bound(record, model, shares, terms)
+    as_matrix = dataclasses.replace(record, kernel_class=TENSOR_GEMM, precision=_precision(record) or "fp32")
+    return kernel_bound(as_matrix, model, shares, terms)
 
 
-def assign_bounds(records: Sequence[KernelRecord], model: MachineModel) -> list[KernelRecord]:
-    """Set bound_us and ceiling of every record (in place) from :func:`kernel_bound`."""
+def assign_bounds(records: Sequence[KernelRecord], model: MachineModel,
+                  calls: Sequence[CallAccesses] = ()) -> list[KernelRecord]:
+    """Set bound_us, fixed_us and ceiling of every record (in place) from :func:`kernel_bound`, with the
+    reuse of `calls` (the traced step's op calls) deciding which level serves each kernel's bytes."""
+    shares = reuse_shares(calls, model)
+    terms = card_terms(model)
     for record in records:
-        record.bound_us, record.ceiling = kernel_bound(record, model)
+        timing = kernel_timing(record, model, shares, terms)
+        record.bound_us, record.ceiling = (timing.total_us, timing.ceiling) if timing else (None, "")
+        record.fixed_us = timing.fixed_us if timing else 0.0
     return list(records)
 
 
@@ -260,40 +249,49 @@ def exclusive_times(records: Sequence[KernelRecord]) -> list[float]:
     return share
 
 
-def _kernel_part(record: KernelRecord, model: MachineModel) -> tuple[str, float]:
-    """(waterfall part, µs of the kernel that count toward the ideal). The ideal share is the kernel's
-    bound (vector_math: at the tensor-core ceiling), capped at its duration: a kernel faster than its
-    bound (self_check) puts its whole time in the ideal and nothing in its part."""
+def _kernel_part(record: KernelRecord, model: MachineModel, shares: Mapping[int, Mapping[str, float]],
+                 terms: CardTerms) -> tuple[str, float, float]:
+    """(waterfall part, µs of the kernel in the ideal, µs of its fixed cost). The ideal share is the work term
+    of its bound (vector_math: at the matrix units' ceiling), the fixed cost comes next, both capped at the
+    kernel's duration: a kernel faster than its bound (self_check) puts its whole time in the two and nothing
+    in its part."""
     if record.kernel_class == LAYOUT:
-        return PART_LAYOUT, 0.0
-    bound, _ = kernel_bound(record, model)
+        return PART_LAYOUT, 0.0, 0.0
+    bound, _ = kernel_bound(record, model, shares, terms)
     if bound is None:
-        return PART_OTHER, 0.0
+        return PART_OTHER, 0.0, 0.0
     if record.kernel_class == VECTOR_MATH:
-        bound = tensor_bound(record, model)[0] or bound
-    return _PART_OF_CLASS[record.kernel_class], min(bound, max(record.duration_us, 0.0))
+        bound = tensor_bound(record, model, shares, terms)[0] or bound
+    duration = max(record.duration_us, 0.0)
+    fixed = min(record.fixed_us if record.bound_us is not None else terms.fixed_us, bound)
+    work = min(bound - fixed, duration)
+    return _PART_OF_CLASS[record.kernel_class], work, min(fixed, duration - work)
 
 
-def waterfall(records: Sequence[KernelRecord], timeline: Timeline, model: MachineModel) -> Waterfall:
+def waterfall(records: Sequence[KernelRecord], timeline: Timeline, model: MachineModel,
+              calls: Sequence[CallAccesses] = ()) -> Waterfall:
     """From the sum of roofline bounds to the measured step.
 
-    Each kernel's exclusive time is split into its bound (the ideal) and the rest (its
-    class's part); layout kernels put all their time in the layout part (avoidable
-    work has no ideal) and kernels without a bound all of theirs in the no-bound part. The
-    timeline's idle time follows by cause. ``unexplained = measured - ideal - sum(parts)``
-    is what neither names: zero when the kernels and the idle split fill the wall time.
-    ``coverage = (measured - |unexplained| - other kernels) / measured``: the share of the
-    step held against a ceiling or an idle cause.
+    Each kernel's exclusive time is split into the work term of its bound (the ideal), its fixed
+    cost (the fixed-cost part: what a kernel costs doing nothing) and the rest (its class's part);
+    layout kernels put all their time in the layout part (avoidable work has no ideal) and
+    kernels without a bound all of theirs in the no-bound part. The timeline's idle time follows
+    by cause. ``unexplained = measured - ideal - sum(parts)`` is what neither names: zero when the
+    kernels and the idle split fill the wall time. ``coverage = (measured - |unexplained| - other
+    kernels) / measured``: the share of the step held against a ceiling or an idle cause.
     """
     parts = dict.fromkeys(WATERFALL_PARTS, 0.0)
+    shares = reuse_shares(calls, model)
+    terms = card_terms(model)
     ideal = 0.0
     for record, share in zip(records, exclusive_times(records)):
         if record.duration_us <= 0:
             continue
         scale = share / record.duration_us
-        part, bound = _kernel_part(record, model)
-        ideal += bound * scale
-        parts[part] += (record.duration_us - bound) * scale
+        part, work, fixed = _kernel_part(record, model, shares, terms)
+        ideal += work * scale
+        parts[PART_FIXED] += fixed * scale
+        parts[part] += (record.duration_us - work - fixed) * scale
     parts[IDLE_HOST] = timeline.idle.host_bound_us
     parts[IDLE_LAUNCH] = timeline.idle.launch_gap_us
     parts[IDLE_SYNC] = timeline.idle.sync_us

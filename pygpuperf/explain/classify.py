@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pygpuperf.core.precision import precision_in_kernel_name, precision_of
+from pygpuperf.core.precision import dtype_of, precision_in_kernel_name, precision_of
 from pygpuperf.explain.model import (
     COMMUNICATION,
     VECTOR_MATH,
@@ -332,8 +332,29 @@ def classify(record: KernelRecord, context: KernelContext | None = None) -> tupl
     for rule in RULES:
         m = rule.pattern.search(record.name)
         if m and (rule.when is None or rule.when(record, ctx)):
-            return rule.resolve(record, ctx, m)
+            cls, precision = rule.resolve(record, ctx, m)
+            if cls in (TENSOR_GEMM, VECTOR_MATH) and is_matrix_vector(record):
+                return MEMORY_BOUND, dtype_of(precision) if precision else precision
+            return cls, precision
     return OTHER, ""
+
+
+# A GEMM with this few rows or columns streams its matrix once for a handful of FLOPs per byte:
+# memory-bound on every card, whichever library runs it (cuBLAS gemv, a GEMM kernel, a split-K).
+GEMV_MAX_DIM = 16
+
+
+def is_matrix_vector(record: KernelRecord) -> bool:
+    """Whether the record's GEMM is a matrix-vector product (or a few vectors: decode with a small batch)."""
+    from pygpuperf.explain.tiles import output_shape
+
+    if record.op not in _MATMUL_OPS:
+        return False  # a convolution with few channels still runs as a GEMM over its pixels
+    shape = output_shape(record)
+    return shape is not None and min(shape[1], shape[2]) <= GEMV_MAX_DIM
+
+
+_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
 
 def classify_all(records: Sequence[KernelRecord], context: KernelContext | None = None) -> None:

@@ -71,11 +71,12 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
                 record.call = call
         for op, us in _cost_records(step).items():
             unknown[op] = unknown.get(op, 0.0) + us
-        attribution.assign_bounds(step.kernels, model)
+        attribution.assign_bounds(step.kernels, model, captured.calls)
         line = timeline.timeline(step.kernels, step.start_us, step.end_us, step.syncs)
         if throughput is not None:
             line = timeline.remove_profiler_overhead(line, throughput.step_us.median)
-        explained.append(ExplainedStep(step.index, step.kernels, line, attribution.waterfall(step.kernels, line, model),
+        explained.append(ExplainedStep(step.index, step.kernels, line,
+                                       attribution.waterfall(step.kernels, line, model, captured.calls),
                                        attribution.self_check(step.kernels)))
     if not explained:
         raise ValueError("no profiled step was captured")

@@ -13,6 +13,7 @@ from pygpuperf.explain.model import (COMMUNICATION, LAYOUT, MEMCPY, MEMORY_BOUND
 GPU, CPU = "gpu", "cpu"
 
 # Waterfall parts, in the order they stack on top of the ideal; idle causes double as step categories.
+PART_FIXED = "fixed_cost"  # every kernel's fixed cost (launch ramp-up, tail): what it costs doing nothing
 PART_TENSOR = "matrix_under_use"  # tensor_gemm kernels: time above their bound
 PART_MEMORY = "memory_under_use"  # memory_bound kernels: time above their bound
 PART_FALLBACK = "vector_fallback"  # vector_math kernels: time above their bound at the matrix units' ceiling
@@ -34,6 +35,7 @@ _LABELS: dict[str, tuple[str, str]] = {
     MEMCPY: ("memcpy/memset", "memcpy/memset"),
     COMMUNICATION: ("communication", "communication"),
     OTHER: ("other kernels", "other ops"),
+    PART_FIXED: ("fixed cost per kernel", "fixed cost per op"),
     PART_TENSOR: ("tensor-core under-use", "matrix-unit under-use"),
     PART_MEMORY: ("memory-bound under-use", "memory-bound under-use"),
     PART_FALLBACK: ("non-tensor fallback", "SIMD math under-use"),

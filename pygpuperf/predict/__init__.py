@@ -1,27 +1,31 @@
-"""Predict a profiled step's speed on another GPU, kernel by kernel, and say why.
+"""Predict a profiled step's speed on another card or at another batch size, kernel by kernel, and say why.
 
-Every kernel of an explained step (:mod:`pygpuperf.explain`) is re-priced on the target
-machine model. The one assumption everything rests on: a kernel reaches the same
-fraction of its roofline bound on the target as it did on the source
-(efficiency = bound on source / measured time, carried over). So
+Every kernel of an explained step (:mod:`pygpuperf.explain`) is priced twice by the one kernel-time
+model (:mod:`pygpuperf.analyze.kernel_time`, through :func:`pygpuperf.explain.attribution.kernel_timing`):
+on the machine it was profiled on and on the target, each with its own terms (fixed cost per kernel,
+ceilings per precision through the precision table and its fallbacks, bandwidths, L2 capacity for the
+reuse estimate, multiprocessors for waves). What the profile measured beyond the model, the kernel's
+residual ``r = (measured - fixed) / work`` on the source, is carried over as a named term:
 
-    target time = measured time x bound on target / bound on source
+    target time = fixed(target) + work(target) x r
 
-where each bound is max(FLOPs / compute ceiling, bytes / memory ceiling) at the ceilings
-that match the kernel's class and exact precision (:func:`pygpuperf.explain.attribution.kernel_bound`):
-a compute-bound GEMM scales with the target's tensor-core figure of its dtype and
-accumulate type (fp16 with fp32 accumulate on a GeForce card is its half-rate figure),
-a memory-bound kernel with DRAM bandwidth, CUDA-core math with cuda.fp32, a host copy
-with the link. Kernels without a bound keep their time; idle time (host-bound, launch
-gaps, synchronization) is held fixed, since the host and the software stack do not change.
-Bounds here hold every byte to main memory; a memory-bound kernel whose bytes fit the source's
-L2 but not the target's is priced at the source's DRAM efficiency instead of its own (it was
-L2-assisted). A step that does not fit the target's memory is priced at the largest batch
-that does, and a dtype the target lacks runs as a substitute (bf16 as fp16 on a V100).
+so a kernel that reached 60 % of its work bound on the source does so on the target, and the part of
+the predicted step that this carries is reported (``Prediction.carried_us``). Kernels without a bound
+keep their time. A dtype the target lacks runs as a substitute (bf16 as fp16 on a V100, TF32 as fp32
+on the vector units). Idle time: launch gaps scale with the device's gap between back-to-back
+kernels; host-bound idle and synchronization stay as measured (same host, driver and framework),
+unless the host's own time per step is given, in which case the step is the longer of that and the
+device's.
+
+At another batch size (``batch_size``, or the largest that fits the target's memory) the forward and
+backward kernels' FLOPs scale with the batch, and their bytes do except those of the model's
+parameters, buffers and gradients (the traced accesses say which); the reuse estimate runs again on
+the rescaled accesses, and GEMM tiles scale with their rows. Optimizer kernels stay as they are.
 
 Usage:
     python -m pygpuperf.predict --profile explain.json --source-model results.json \\
         --target datasheet:a100-sxm4-80gb --target datasheet:rtx3090 --price a100-sxm4-80gb=1.8
+    python -m pygpuperf.predict --profile explain.json --source-model results.json --batch-size 64
     python -m pygpuperf.predict --profile explain.json --source-model results.json \\
         --validate benchmarks/prediction_validation.json
 """
@@ -37,11 +41,11 @@ from typing import Any, Sequence
 
 from pygpuperf.analyze import machine_model
 from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
+from pygpuperf.analyze.kernel_time import CardTerms, KernelTime, card_terms, kernel_time
 from pygpuperf.explain import attribution, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
-from pygpuperf.explain.model import Explanation, fitting_batch
-from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM,
-                                     KernelRecord)
+from pygpuperf.explain.model import CallAccesses, Explanation, fitting_batch
+from pygpuperf.explain.model import VECTOR_MATH, KERNEL_CLASSES, OTHER, TENSOR_GEMM, KernelRecord
 from pygpuperf.core.precision import bytes_of, dtype_of, fallbacks
 from pygpuperf.core.results import MachineModel
 
@@ -72,6 +76,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)  # substitutions, capacity, L2, kernels held fixed
     confidence: str = ""  # the assumption that carries most of the predicted time
     source_samples_per_step: int | None = None  # the profiled batch (None: same as samples_per_step)
+    carried_us: float = 0.0  # of step_us: the source's per-kernel residual above the model, carried over
 
     @property
     def throughput(self) -> float:
@@ -95,37 +100,12 @@ class Prediction:
                 "ratio_to_source": self.ratio_to_source,
                 "waterfall": [{"category": c.category, "source_ms": c.source_us / 1e3, "target_ms": c.target_us / 1e3,
                                "delta_ms": c.delta_us / 1e3} for c in self.waterfall],
-                "notes": self.notes, "confidence": self.confidence}
+                "carried_ms": self.carried_us / 1e3, "notes": self.notes, "confidence": self.confidence}
 
 
 # --------------------------------------------------------------------------- per kernel
 
-_MEMORY_CLASSES = (MEMORY_BOUND, LAYOUT, MEMCPY)
-NOTE_L2_SPILL = ("kernel(s) fit the source's L2 but not the target's: priced at the source's DRAM efficiency "
-                 "instead of their L2-assisted one")
-
-
-def priced_time_us(record: KernelRecord, model: MachineModel) -> float | None:
-    """The kernel's roofline bound on `model` with every byte from main memory: the time its
-    efficiency is carried by (the L2 is handled apart, see :class:`_Pricing`)."""
-    bound, _ = attribution.kernel_bound(record, model, cache_aware=False)
-    return bound
-
-
-def dram_efficiency(records: Sequence[KernelRecord], model: MachineModel) -> float | None:
-    """Priced time over measured time of the memory-bound kernels too big for `model`'s L2 (they stream
-    from DRAM), time-weighted and at most 1; None without such kernels or an L2 size."""
-    capacity = model.capacity_bytes("l2")
-    if not capacity:
-        return None
-    priced = measured = 0.0
-    for r in records:
-        if r.kernel_class == MEMORY_BOUND and r.bytes > capacity and r.duration_us > 0:
-            t = priced_time_us(r, model)
-            if t:
-                priced += t
-                measured += r.duration_us
-    return min(priced / measured, 1.0) if measured > 0 else None
+_GROWS_WITH_BATCH = ("forward", "backward")
 
 
 def runs_as(precision: str, target: MachineModel) -> tuple[str, str | None]:
@@ -159,40 +139,84 @@ def _on_target(record: KernelRecord, target: MachineModel) -> tuple[KernelRecord
                                bytes=record.bytes * bytes_of(new_precision) / bytes_of(precision)), note
 
 
+def _scaled_calls(calls: Sequence[CallAccesses], scale: float) -> list[CallAccesses]:
+    """The traced calls at `scale` times the batch: every access but a resident one grows with it."""
+    if scale == 1:
+        return list(calls)
+    return [dataclasses.replace(c, accesses=tuple(a if a.resident else dataclasses.replace(a, nbytes=int(a.nbytes * scale))
+                                                  for a in c.accesses)) for c in calls]
+
+
+def _resident_shares(calls: Sequence[CallAccesses]) -> dict[int, float]:
+    """Each traced call's share of bytes in resident storages (parameters, buffers, gradients)."""
+    out = {}
+    for c in calls:
+        total = sum(a.nbytes for a in c.accesses)
+        out[c.index] = sum(a.nbytes for a in c.accesses if a.resident) / total if total else 0.0
+    return out
+
+
+def _at_batch(record: KernelRecord, scale: float, resident: dict[int, float]) -> KernelRecord:
+    """The record's work at `scale` times the batch (forward and backward kernels; others unchanged)."""
+    if scale == 1 or record.phase not in _GROWS_WITH_BATCH:
+        return record
+    fixed_share = resident.get(record.call, 0.0) if record.call is not None else 0.0
+    return dataclasses.replace(record, flops=record.flops * scale,
+                               bytes=record.bytes * (fixed_share + (1 - fixed_share) * scale))
+
+
 @dataclass
 class _Pricing:
-    """What re-pricing needs besides the two models: the source's DRAM efficiency and both L2 sizes."""
+    """One machine's side of a prediction: its model, its kernel-time terms and its reuse shares."""
 
-    source: MachineModel
-    target: MachineModel
-    dram_efficiency: float | None
+    model: MachineModel
+    terms: CardTerms
+    shares: dict[int, dict[str, float]]
 
-    def fits_source_l2_only(self, record: KernelRecord) -> bool:
-        source_l2, target_l2 = self.source.capacity_bytes("l2"), self.target.capacity_bytes("l2")
-        return bool(source_l2 and target_l2 and record.kernel_class in _MEMORY_CLASSES
-                    and target_l2 < record.bytes <= source_l2)
+    @staticmethod
+    def of(model: MachineModel, calls: Sequence[CallAccesses], reference: MachineModel | None = None) -> "_Pricing":
+        return _Pricing(model, card_terms(model, reference), attribution.reuse_shares(calls, model))
+
+    def timing(self, record: KernelRecord, tile_scale: float = 1.0) -> KernelTime | None:
+        share = self.shares.get(record.call) if record.call is not None else None
+        work = attribution.kernel_work(record, self.model, share)
+        if work is None:
+            return None
+        if tile_scale != 1 and work.tiles:
+            work = dataclasses.replace(work, tiles=tuple(max(1, math.ceil(t * tile_scale)) for t in work.tiles))
+        timing = kernel_time(work, self.model, self.terms)
+        return timing if timing.work_us > 0 else None
 
 
-def _repriced(record: KernelRecord, pricing: _Pricing) -> tuple[float, str | None]:
-    """(factor on the kernel's measured time, a note when the time was held, the dtype changed or L2 spilled)."""
-    source_time = priced_time_us(record, pricing.source)
-    if not source_time or source_time <= 0:
-        return 1.0, "kernels with no bound keep their time"
-    on_target, note = _on_target(record, pricing.target)
-    target_time = priced_time_us(on_target, pricing.target)
-    if target_time is None or target_time <= 0:
-        return 1.0, f"{record.kernel_class} kernels the target model has no ceiling for keep their time"
-    efficiency = source_time / record.duration_us if record.duration_us > 0 else 0.0
-    if pricing.dram_efficiency and pricing.fits_source_l2_only(record) and efficiency > pricing.dram_efficiency:
-        return target_time / pricing.dram_efficiency / record.duration_us, NOTE_L2_SPILL
-    return target_time / source_time, note
+@dataclass
+class _KernelPrice:
+    time_us: float
+    carried_us: float  # the part the source's residual carries beyond the model's own terms
+    note: str | None
+
+
+def _price(record: KernelRecord, source: _Pricing, target: _Pricing, scale: float,
+           resident: dict[int, float]) -> _KernelPrice:
+    """The kernel's time on the target at `scale` times the batch (see the module's formula)."""
+    grows = record.phase in _GROWS_WITH_BATCH
+    before = source.timing(record)
+    if before is None or record.duration_us <= 0:
+        return _KernelPrice(record.duration_us * (scale if grows else 1.0), 0.0, "kernels with no bound keep their time")
+    on_target, note = _on_target(_at_batch(record, scale, resident), target.model)
+    after = target.timing(on_target, scale if grows else 1.0)
+    if after is None:
+        return _KernelPrice(record.duration_us, 0.0,
+                            f"{record.kernel_class} kernels the target model has no ceiling for keep their time")
+    residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
+    time = after.fixed_us + after.work_us * residual
+    return _KernelPrice(time, after.work_us * max(residual - 1.0, 0.0), note)
 
 
 # --------------------------------------------------------------------------- the step
 
 
 def _confidence(waterfall: Sequence[CategoryChange], source: MachineModel, target: MachineModel,
-                substituted: bool) -> str:
+                substituted: bool, carried_share: float) -> str:
     """The assumption that carries the largest share of the predicted step, in one sentence."""
     by = {c.category: c.target_us for c in waterfall}
     total = sum(by.values()) or 1.0
@@ -204,13 +228,13 @@ def _confidence(waterfall: Sequence[CategoryChange], source: MachineModel, targe
     dominant = max(shares, key=shares.get)
     share = 100 * shares[dominant] / total
     text = {
-        "compute": "math kernels reach the same fraction of the target's tensor-core/CUDA-core ceiling as on the "
-                   "source (cuDNN may pick other algorithms there)",
-        "memory": "memory-bound kernels reach the same fraction of the target's DRAM bandwidth as on the source "
-                  "(kernels that only fit the source's L2 at its DRAM efficiency)",
+        "compute": "math kernels keep the residual they had on the source above the target's tensor-core/CUDA-core "
+                   "roof (cuDNN may pick other algorithms there)",
+        "memory": "memory-bound kernels keep the residual they had on the source above the target's memory roof",
         "fixed": "idle and unbounded time stays as measured on the source host (same CPU, driver and framework)",
     }[dominant]
-    sentence = f"dominant assumption ({share:.0f}% of the predicted step): {text}"
+    sentence = (f"dominant assumption ({share:.0f}% of the predicted step): {text}; the residual carried from the "
+                f"source is {100 * carried_share:.0f}% of the predicted step")
     if source.origin != target.origin:
         sentence += (f"; the source ceilings are {source.origin} and the target's {target.origin}: "
                      "measured ceilings reach some 85-95% of datasheet peaks, so the target is favoured by that gap")
@@ -226,75 +250,81 @@ def _has_gpu_math(model: MachineModel) -> bool:
 def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
             samples_per_step: int | None = None, peak_memory_bytes: float | None = None,
             resident_memory_bytes: float | None = None, source_step_us: float | None = None,
-            source_name: str = "", target_name: str = "") -> Prediction:
-    """The profiled median step re-priced on `target`, kernel by kernel.
+            source_name: str = "", target_name: str = "", batch_size: int | None = None,
+            host_step_us: float | None = None) -> Prediction:
+    """The profiled median step priced on `target`, kernel by kernel (see the module's note).
 
-    `source` is the machine model the profile was taken on. Batch, peak and resident memory come
-    from the profile's throughput record unless given. `source_step_us` (the step without the
-    profiler) is only needed for profiles written before the explainer took the overhead off.
-    A step that does not fit the target's memory is predicted at the largest batch that does:
-    forward and backward kernels scale with the batch, the optimizer and idle time do not.
+    `source` is the machine model the profile was taken on (the same model as `target` for a batch
+    prediction on the same card). Batch, peak and resident memory come from the profile's throughput
+    record unless given. `batch_size` predicts the step at that batch; a step that does not fit the
+    target's memory is predicted at the largest batch that does. `host_step_us`, the host's own time
+    per step (the step timed where the device has little to do), makes the step the longer of it and
+    the device's time. `source_step_us` (the step without the profiler) is only needed for profiles
+    written before the explainer took the overhead off.
     """
     throughput = profile.throughput
     batch = samples_per_step or (throughput.samples_per_step if throughput else DEFAULT_SAMPLES_PER_STEP)
-    if batch <= 0:
-        raise ValueError("samples_per_step must be positive")
+    if batch <= 0 or (batch_size is not None and batch_size <= 0):
+        raise ValueError("batch sizes must be positive")
     if throughput is not None:
         peak_memory_bytes = peak_memory_bytes or throughput.peak_memory_bytes
         resident_memory_bytes = resident_memory_bytes or throughput.resident_memory_bytes
+    text: list[str] = []
+    wanted = batch_size or batch
+    predicted_batch = _fitting(wanted, batch, peak_memory_bytes, resident_memory_bytes, target, text)
+    scale = predicted_batch / batch
     step = profile.median
     records = step.kernels
-    pricing = _Pricing(source, target, dram_efficiency(records, source))
+    calls = profile.calls
+    source_side = _Pricing.of(source, calls)
+    target_side = _Pricing.of(target, _scaled_calls(calls, scale), source)
+    resident = _resident_shares(calls)
     notes: dict[str, int] = {}
     substituted = False
+    carried = 0.0
     source_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)
     target_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)
-    per_sample_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)  # the part of target_cat that grows with the batch
     for record, share in zip(records, attribution.exclusive_times(records)):
         cls = record.kernel_class if record.kernel_class in KERNEL_CLASSES else OTHER
-        factor, note = _repriced(record, pricing)
+        price = _price(record, source_side, target_side, scale, resident)
+        factor = price.time_us / record.duration_us if record.duration_us > 0 else 1.0
         source_cat[cls] += share
         target_cat[cls] += share * factor
-        if record.phase in ("forward", "backward"):
-            per_sample_cat[cls] += share * factor
-        if note:
-            notes[note] = notes.get(note, 0) + 1
-            substituted |= "runs as" in note
+        carried += price.carried_us * (share / record.duration_us if record.duration_us > 0 else 0.0)
+        if price.note:
+            notes[price.note] = notes.get(price.note, 0) + 1
+            substituted |= "runs as" in price.note
+    text += [f"{n} kernel(s): {note}" for note, n in notes.items()]
+    text += target_side.terms.notes
+    if calls and not any(r.call is not None for r in records):
+        text.append("no kernel is tied to a traced call: bytes up to the L2's size are held to the L2")
+    elif not calls:
+        text.append("the profile has no traced accesses (written before they were kept): bytes up to the L2's "
+                    "size are held to the L2, and parameters are assumed to grow with the batch")
     line = step.timeline
-    text: list[str] = [f"{n} {note}" if note == NOTE_L2_SPILL else f"{n} kernel(s): {note}" for note, n in notes.items()]
     if source_step_us is not None and line.profiler_overhead_us == 0 and 0 < source_step_us < line.wall_us:
         trimmed = timeline.remove_profiler_overhead(line, source_step_us)
         text.append(f"profiled step {line.wall_us / 1e3:.2f} ms vs {source_step_us / 1e3:.2f} ms without the profiler: "
                     f"{trimmed.profiler_overhead_us / 1e3:.2f} ms of profiler overhead taken off idle time")
         line = trimmed
-    idle = {IDLE_HOST: line.idle.host_bound_us, IDLE_LAUNCH: line.idle.launch_gap_us, IDLE_SYNC: line.idle.sync_us}
-    unexplained = line.wall_us - sum(source_cat.values()) - sum(idle.values())
+    idle_source = {IDLE_HOST: line.idle.host_bound_us, IDLE_LAUNCH: line.idle.launch_gap_us, IDLE_SYNC: line.idle.sync_us}
+    idle_target = dict(idle_source)
+    gap_s, gap_t = source_side.terms.gap_us, target_side.terms.gap_us
+    if gap_s > 0 and gap_t > 0:
+        idle_target[IDLE_LAUNCH] *= gap_t / gap_s
+    if host_step_us is not None:
+        device = sum(target_cat.values()) + idle_target[IDLE_LAUNCH] + idle_target[IDLE_SYNC]
+        idle_target[IDLE_HOST] = max(host_step_us - device, 0.0)
+        text.append(f"host time per step {host_step_us / 1e3:.2f} ms (given): the step is the longer of it and the "
+                    f"device's {device / 1e3:.2f} ms")
+    unexplained = line.wall_us - sum(source_cat.values()) - sum(idle_source.values())
 
     if not _has_gpu_math(source) and _has_gpu_math(target):
         text.append("the profile comes from a CPU: its math ops are priced on the target's CUDA cores in their own "
                     "dtype, while a GPU run would put convolutions and matmuls on tensor cores (TF32, FP16, BF16)")
-    capacity = target.capacity_bytes("memory")
-    fit = None
-    if peak_memory_bytes and capacity and peak_memory_bytes > capacity:
-        fit = fitting_batch(batch, peak_memory_bytes, resident_memory_bytes, capacity) or 0
-    predicted_batch = batch
-    if fit is not None:
-        need, have = (peak_memory_bytes or 0) / 1e9, (target.capacity_bytes("memory") or 0) / 1e9
-        if fit >= 1:
-            predicted_batch = fit
-            scale = fit / batch
-            for cls in KERNEL_CLASSES:
-                target_cat[cls] -= per_sample_cat[cls] * (1 - scale)
-            text.append(f"does not fit: the step needs {need:.1f} GB at batch {batch}, the target has {have:.1f} GB; "
-                        f"predicted at batch {fit}, the largest that fits (memory = resident + per-sample x batch; "
-                        "forward and backward time scale with the batch)")
-        else:
-            text.append(f"does not fit: the step needs {need:.1f} GB, the target has {have:.1f} GB, and its weights "
-                        "and optimizer state alone do not fit")
-    elif not peak_memory_bytes:
-        text.append("peak memory of the profile unknown: capacity not checked")
     waterfall = [CategoryChange(c, source_cat[c], target_cat[c]) for c in KERNEL_CLASSES if source_cat[c] > 0]
-    waterfall += [CategoryChange(c, us, us) for c, us in idle.items() if us > 0]
+    waterfall += [CategoryChange(c, idle_source[c], idle_target[c]) for c in idle_source
+                  if idle_source[c] > 0 or idle_target[c] > 0]
     if abs(unexplained) > 1e-6:
         waterfall.append(CategoryChange(UNEXPLAINED, unexplained, unexplained))
     source_total = sum(c.source_us for c in waterfall)
@@ -302,7 +332,39 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     return Prediction(source=source_name or source.device, target=target_name or target.device,
                       source_step_us=source_total, step_us=target_total, samples_per_step=predicted_batch,
                       source_samples_per_step=batch, waterfall=waterfall, notes=text,
-                      confidence=_confidence(waterfall, source, target, substituted))
+                      confidence=_confidence(waterfall, source, target, substituted,
+                                             carried / target_total if target_total > 0 else 0.0),
+                      carried_us=carried)
+
+
+def _fitting(wanted: int, batch: int, peak: float | None, resident: float | None, target: MachineModel,
+             text: list[str]) -> int:
+    """The batch to predict at: `wanted`, or the largest that fits the target's memory (with a note)."""
+    capacity = target.capacity_bytes("memory")
+    if not peak:
+        text.append("peak memory of the profile unknown: capacity not checked")
+        return wanted
+    if not capacity:
+        return wanted
+    need = resident + (peak - resident) * wanted / batch if resident and peak > resident else peak * wanted / batch
+    if need <= capacity:
+        return wanted
+    fit = fitting_batch(batch, peak, resident, capacity) or 0
+    if fit >= 1:
+        text.append(f"does not fit: the step needs {need / 1e9:.1f} GB at batch {wanted}, the target has "
+                    f"{capacity / 1e9:.1f} GB; predicted at batch {fit}, the largest that fits (memory = resident + "
+                    "per-sample x batch)")
+        return min(fit, wanted)
+    text.append(f"does not fit: the step needs {need / 1e9:.1f} GB, the target has {capacity / 1e9:.1f} GB, and its "
+                "weights and optimizer state alone do not fit")
+    return wanted
+
+
+def predict_batch(profile: Explanation, model: MachineModel, batch_size: int, *,
+                  host_step_us: float | None = None) -> Prediction:
+    """The profiled step at another batch size on the card it was profiled on."""
+    return predict(profile, model, model, batch_size=batch_size, host_step_us=host_step_us,
+                   source_name=model.device, target_name=f"{model.device} at batch {batch_size}")
 
 
 # --------------------------------------------------------------------------- models from the command line
@@ -356,7 +418,7 @@ def validate(profile: Explanation, source: LoadedModel, published: dict[str, Any
     """Predicted vs published throughput ratios, per group of the document, for its `precision` figures.
 
     Each figure's card is priced as its datasheet model (``priced_as`` when its name is not a
-    datasheet key). The reference of a group is the document's `reference` card where the group
+    datasheet key), at the figure's batch size where it gives one. The reference of a group is the document's `reference` card where the group
     has it, else the group's first card.
     """
     precision = published.get("precision", "amp-fp16")
@@ -366,7 +428,7 @@ def validate(profile: Explanation, source: LoadedModel, published: dict[str, Any
         if figure.get("precision", precision) == precision:
             by_group.setdefault(figure.get("group", "published"), []).append(figure)
     groups = []
-    cache: dict[str, float] = {}
+    cache: dict[tuple[str, int | None], float] = {}
     for name, figures in by_group.items():
         usable = [f for f in figures if f.get("priced_as", f["card"]) in known]
         skipped = [f["card"] for f in figures if f.get("priced_as", f["card"]) not in known]
@@ -377,10 +439,12 @@ def validate(profile: Explanation, source: LoadedModel, published: dict[str, Any
         predicted = {}
         for f in usable:
             slug = f.get("priced_as", f["card"])
-            if slug not in cache:
+            key = (slug, f.get("batch_size"))
+            if key not in cache:  # at the figure's batch where it names one: the model moves the step there
                 target = load_model(DATASHEET_PREFIX + slug)
-                cache[slug] = predict(profile, source.model, target.model, source_step_us=source_step_us).throughput
-            predicted[f["card"]] = cache[slug]
+                cache[key] = predict(profile, source.model, target.model, source_step_us=source_step_us,
+                                     batch_size=f.get("batch_size")).throughput
+            predicted[f["card"]] = cache[key]
         figure = {f["card"]: float(f["samples_per_s"]) for f in usable}
         rows = [ValidationRow(c, figure[c], figure[c] / figure[reference], predicted[c],
                               predicted[c] / predicted[reference],

@@ -782,18 +782,18 @@ _GPU_ONLY_KERNEL_MODES = ("graph", "launch", "duration")
 
 
 class KernelLatencyProbe(Probe):
-    """The fixed cost of a kernel: torch.add(x, 1, out=y) on one element, the smallest kernel torch launches,
-    64 per run. On a CPU the same op is the fixed cost of an op (no launches, no graphs)."""
+    """The fixed cost of a kernel: y.fill_(v) on one element, the smallest kernel torch launches (it reads
+    nothing), 64 per run. On a CPU the same op is the fixed cost of an op (no launches, no graphs)."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.name = f"latency.kernel.{mode}"
-        self.description = f"{_KERNEL_MODES[mode]}: torch.add(x, 1, out=y) on one element"
+        self.description = f"{_KERNEL_MODES[mode]}: y.fill_(v) on one element"
         self.host_clock = mode == "launch"
         self.kernel_clock = mode == "duration"
         self.spin_cycles = _SPIN_PER_TINY_KERNEL * (1 if mode == "single" else _TINY_KERNELS)
-        self._x: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
+        self._value = 0.0
         self._graph = None
         self._device = torch.device("cpu")
 
@@ -806,7 +806,7 @@ class KernelLatencyProbe(Probe):
 
     def setup(self, device: torch.device, settings: RunSettings) -> None:
         self._device = device
-        self._x = torch.randint(1, 16, (1,), dtype=torch.float32, device=device)
+        self._value = float(torch.randint(1, 16, (1,)).item())  # random, non-zero
         self._y = torch.empty(1, dtype=torch.float32, device=device)
         if self.mode == "graph":
             side = torch.cuda.Stream(device)
@@ -820,7 +820,7 @@ class KernelLatencyProbe(Probe):
 
     def _kernels(self) -> None:
         for _ in range(_TINY_KERNELS):
-            torch.add(self._x, 1, out=self._y)
+            self._y.fill_(self._value)
 
     def work(self) -> Work:
         return Work(operations=1.0 if self.mode == "single" else float(_TINY_KERNELS))
@@ -833,23 +833,23 @@ class KernelLatencyProbe(Probe):
         if self.mode == "graph":
             self._graph.replay()
         elif self.mode == "single":
-            torch.add(self._x, 1, out=self._y)
+            self._y.fill_(self._value)
             synchronize(self._device)
         else:
             self._kernels()
 
     def verify(self) -> tuple[bool, str]:
-        assert self._x is not None and self._y is not None
-        ok = bool(torch.equal(self._y, self._x + 1))  # NaN poison never equals
-        return ok, "y = x + 1 after the last kernel" if ok else "y is not x + 1: a kernel did not run"
+        assert self._y is not None
+        ok = float(self._y[0]) == self._value  # NaN poison never equals
+        return ok, "y = v after the last kernel" if ok else "y is not v: a kernel did not run"
 
     def params(self) -> Params:
-        return {"mode": self.mode, "ops_per_run": int(self.work().operations), "op": "torch.add(x, 1, out=y)",
+        return {"mode": self.mode, "ops_per_run": int(self.work().operations), "op": "y.fill_(v)",
                 "elements": 1, "timer": "host" if self.host_clock else "kernels" if self.kernel_clock else "events",
                 "spin_cycles_per_sample": 0 if self.host_clock or self.kernel_clock else self.spin_cycles}
 
     def teardown(self) -> None:
-        self._x = self._y = self._graph = None
+        self._y = self._graph = None
 
 
 # --------------------------------------------------------------------------- bandwidth against bytes per kernel
