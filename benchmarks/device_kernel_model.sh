@@ -4,10 +4,7 @@
 # machine model the profiles are explained against.
 source "$(dirname "$0")/device_env.sh"
 MODEL="${MODEL:?results.json of this card}"
-step "build"
-PYGPUPERF_CUDA=ON python3 -m pip install --no-build-isolation --no-deps -e . >>"$log" 2>&1 || {
-  echo "build failed"; tail -40 "$log"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv >>"$log" 2>&1
+build_extension
 work="$OUT/kernel-model"
 mkdir -p "$work"
 metrics=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum

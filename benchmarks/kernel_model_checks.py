@@ -61,7 +61,7 @@ def counters(results: Path, explain: Path, ncu_csv: Path) -> dict:
     model = documents.load_results(results).machine_model
     e = load_explanation(explain)
     records = sorted((r for r in e.median.kernels if r.kernel_class != MEMCPY), key=lambda r: r.start_us)
-    shares = attribution.reuse_shares(e.calls, model)
+    shares = attribution.reuse_shares(e.calls, model, bound=False)  # where the bytes end up, as counters see them
     terms = card_terms(model)
     main = model.dram_key()
     hw = read_ncu(ncu_csv)
@@ -127,7 +127,7 @@ def batch(results: Path, runs: Path, name: str, source_batch: int) -> list[dict]
     model = documents.load_results(results).machine_model
     source = load_explanation(runs / f"{name}-bs{source_batch}" / "explain.json")
     measured = {int(r["batch"]): r for r in json.loads((runs / "runs.json").read_text()) if r["name"] == name
-                and "error" not in r}
+                and not r.get("knobs") and "error" not in r}
     host = measured.get(1)
     rows = []
     for size, run in sorted(measured.items()):

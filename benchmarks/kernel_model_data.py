@@ -1,8 +1,9 @@
 """Profiles for the kernel-time model's checks: each workload explained at several batch sizes, in one process.
 
     python benchmarks/kernel_model_data.py RESULTS.json OUT resnet50-train-amp:1,32,64,128,256,512 gpt-100m-train:1,8,16,32
+    python benchmarks/kernel_model_data.py RESULTS.json OUT "resnet50-train-amp+memory_format=nchw,cudnn_benchmark=on:256"
 
-OUT/<name>-bs<N>/explain.json is what `python -m pygpuperf.explain` writes there (with the traced
+OUT/<name>[+knobs]-bs<N>/explain.json is what `python -m pygpuperf.explain` writes there (with the traced
 op calls); OUT/runs.json one row per run: the unprofiled step (median, p5,
 p95, CV over 30 steps timed as a training loop runs them, no sync per step) and the profile's
 kernel count. Batch 1 is the host floor: the step's host time where the device has little to do.
@@ -20,12 +21,13 @@ import torch
 
 from pygpuperf.core import documents
 from pygpuperf.explain import explainer
-from pygpuperf.workloads import get_workload
+from pygpuperf.workloads import UserWorkload, get_workload
 
 
-def run(name: str, batch: int, model, out: Path, device: str) -> dict:
+def run(name: str, batch: int, model, out: Path, device: str, knobs: dict[str, str]) -> dict:
     started = time.monotonic()
-    with get_workload(name).build(device, batch) as built:
+    workload = UserWorkload(name) if ".py" in name else get_workload(name)
+    with workload.build(device, batch, **knobs) as built:
         explanation = explainer.explain_built(built, model, device, steps=3)
         params = dict(built.params)
     explanation.settings = params
@@ -33,7 +35,7 @@ def run(name: str, batch: int, model, out: Path, device: str) -> dict:
     (out / "explain.json").write_text(json.dumps(explanation.to_dict(), default=str), encoding="utf-8")
     t = explanation.throughput
     step = explanation.median
-    return {"name": name, "batch": batch, "step_ms": t.step_us.median / 1e3, "p5_ms": t.step_us.p5 / 1e3,
+    return {"name": name, "knobs": knobs, "batch": batch, "step_ms": t.step_us.median / 1e3, "p5_ms": t.step_us.p5 / 1e3,
             "p95_ms": t.step_us.p95 / 1e3, "cv": t.step_us.cv, "steps": t.step_us.n,
             "samples_per_s": t.samples_per_s, "kernels": len(step.kernels),
             "traced_kernels": sum(k.call is not None for k in step.kernels), "calls": len(explanation.calls),
@@ -50,12 +52,16 @@ def main() -> int:
     model = documents.load_results(args.results).machine_model
     rows = []
     for spec in args.runs:
-        name, _, sizes = spec.partition(":")
+        head, _, sizes = spec.rpartition(":")  # a user step names its function: file.py:make_step:1,8
+        name, _, knob_text = head.partition("+")
+        knobs = dict(item.split("=", 1) for item in knob_text.split(",") if item)
+        tag = Path(head.split(":")[0]).stem if ".py" in name else head
+        tag = tag.replace("+", "_").replace("=", "-").replace(",", "_")
         for batch in (int(b) for b in sizes.split(",")):
             try:
-                rows.append(run(name, batch, model, args.out / f"{name}-bs{batch}", args.device))
+                rows.append(run(name, batch, model, args.out / f"{tag}-bs{batch}", args.device, knobs))
             except Exception as exc:  # one run failing must not lose the others
-                rows.append({"name": name, "batch": batch, "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                rows.append({"name": name, "knobs": knobs, "batch": batch, "error": f"{type(exc).__name__}: {str(exc)[:300]}",
                              "trace": traceback.format_exc()[-2000:]})
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()

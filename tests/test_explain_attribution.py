@@ -260,9 +260,13 @@ def test_with_a_trace_first_touch_bytes_come_from_main_memory_whatever_their_siz
     gemv.call = 0
     add = k("add", 30, 1, MEMORY_BOUND, nbytes=16_000)
     add.call = 1
-    shares = at.reuse_shares([weights, reread], m)
-    # 25 MB "fit" the 60 MB L2, but nothing was resident: HBM, 25 us at 1 TB/s
+    shares = at.reuse_shares([weights, reread], m, bound=False)
+    # 25 MB "fit" the 60 MB L2, but nothing was resident: HBM, 25 us at 1 TB/s (and its write after them)
     assert at.kernel_bound(gemv, m, shares) == (pytest.approx(25.008), "memory:hbm")
     assert at.kernel_bound(gemv, m) == (pytest.approx(25.008e6 / 5000e9 * 1e6), "memory:l2")  # the size rule
     # the activation just written is read from the L2; only the write reaches HBM
     assert at.kernel_bound(add, m, shares) == (pytest.approx(8_000 / 1000e9 * 1e6), "memory:hbm")
+    # the bound lets small writes stay in the L2: only the weights' first touch reaches HBM
+    bound = at.reuse_shares([weights, reread], m)
+    assert at.kernel_bound(gemv, m, bound) == (pytest.approx(25.0), "memory:hbm")
+    assert at.kernel_bound(add, m, bound) == (pytest.approx(16_000 / 5000e9 * 1e6), "memory:l2")

@@ -344,3 +344,22 @@ def test_a_tf32_profile_on_a_card_without_tf32_runs_on_its_fp32_vector_units():
     assert any("tf32 is not supported: runs as fp32 on the vector units" in n for n in p.notes)
     assert _by(p, TENSOR_GEMM) == pytest.approx((2000.0, p.step_us))  # the source's class, repriced
     assert p.step_us > 2000.0 * 3  # 15.7 against 50 TFLOP/s: not the H200 time the old fallback kept
+
+
+def test_each_published_figure_is_priced_from_the_profile_of_its_workload_and_settings():
+    from pygpuperf.predict import profile_for
+
+    def profile(**settings: str) -> Explanation:
+        p = _profile()
+        p.settings = settings
+        return p
+
+    nhwc = profile(workload="resnet50-train-amp", amp="fp16", memory_format="channels_last")
+    nchw = profile(workload="resnet50-train-amp", amp="fp16", memory_format="nchw")
+    fp32 = profile(workload="resnet50-train", amp="none", memory_format="nchw")
+    profiles = [nhwc, nchw, fp32]
+    figure = {"card": "x", "samples_per_s": 1, "workload": "resnet50-train", "precision": "amp-fp16"}
+    assert profile_for({**figure, "config": {"memory_format": "nhwc"}}, profiles) is nhwc  # the source's spelling
+    assert profile_for({**figure, "config": {"memory_format": "nchw"}}, profiles) is nchw
+    assert profile_for({**figure, "precision": "tf32"}, profiles) is fp32  # TF32 is how the fp32 model runs
+    assert profile_for({**figure, "workload": "bert-base-squad-train"}, profiles) is None

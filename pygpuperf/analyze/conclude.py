@@ -203,8 +203,13 @@ def compute_findings(measurements: list[Measurement], device_meta: dict[str, Any
     return findings
 
 
-def place_workload(workload: WorkloadResult, model: MachineModel) -> WorkloadResult:
-    """Fill the roofline placement of a workload from the machine model (in place)."""
+def place_workload(workload: WorkloadResult, model: MachineModel,
+                   kernel_bound_us: float | None = None) -> WorkloadResult:
+    """Fill the roofline placement of a workload from the machine model (in place).
+
+    With `kernel_bound_us`, the sum of the kernel-time model's bounds over the explained step's kernels
+    (pygpuperf.analyze.kernel_time: fixed costs, waves, reuse-aware bytes), what the roofline allows is
+    the step's FLOPs over that time; without it, the step's counted intensity against the roofs."""
     label = str(workload.params.get("precision", "fp32"))
     # The library's figure first: a model's GEMMs and convolutions run through cuBLAS/cuDNN/oneDNN.
     found = (model.matrix_ceiling(_WORKLOAD_PRECISION[label], prefer_library=True) if label in _WORKLOAD_PRECISION
@@ -216,8 +221,15 @@ def place_workload(workload: WorkloadResult, model: MachineModel) -> WorkloadRes
         compute = model.compute[workload.compute_ceiling].value
         memory_roof = workload.intensity * model.memory[workload.memory_ceiling].value * 1e9 / 1e12
         workload.attainable_tflops = min(compute, memory_roof)
+        if kernel_bound_us and kernel_bound_us > 0:
+            workload.attainable_tflops = min(compute, workload.flops_per_step / (kernel_bound_us * 1e-6) / 1e12)
+            workload.notes.append(KERNEL_MODEL_NOTE)
         workload.fraction_of_attainable = workload.achieved_tflops / workload.attainable_tflops
     return workload
+
+
+KERNEL_MODEL_NOTE = ("attainable_tflops: the step's FLOPs over the sum of the bounds the kernel-time model gives its "
+                     "kernels or ops (fixed cost each, waves, bytes by the cache level that serves them)")
 
 
 def workload_findings(workload: WorkloadResult, model: MachineModel) -> list[Finding]:
@@ -232,11 +244,15 @@ def workload_findings(workload: WorkloadResult, model: MachineModel) -> list[Fin
         "compute_ceiling": workload.compute_ceiling,
         "memory_ceiling": workload.memory_ceiling,
     }
-    title = (f"{workload.name} reaches {pct:.0f}% of what the measured roofline allows at its intensity "
-             f"({workload.intensity:.1f} FLOP/B, {bound}-bound by counted work).")
-    severity = "info" if pct >= 30 else "warning"
     gaps = "framework time between ops" if workload.device.startswith("cpu") else "launch gaps"
     units = "ops" if workload.device.startswith("cpu") else "kernels"
+    if KERNEL_MODEL_NOTE in workload.notes:
+        title = (f"{workload.name} reaches {pct:.0f}% of what its {units}' bounds allow on the measured roofline "
+                 f"({workload.intensity:.1f} FLOP/B counted).")
+    else:
+        title = (f"{workload.name} reaches {pct:.0f}% of what the measured roofline allows at its intensity "
+                 f"({workload.intensity:.1f} FLOP/B, {bound}-bound by counted work).")
+    severity = "info" if pct >= 30 else "warning"
     suggestion = (f"Most of the step is not matmul/conv arithmetic at full rate: look at elementwise and "
                   f"normalization {units}, {gaps} and data layout (the explained step below says which)."
                   if pct < 30 else "")
@@ -268,10 +284,11 @@ def conclude(results: Results, device: str) -> None:
         conclude_workload(results, w)
 
 
-def conclude_workload(results: Results, workload: WorkloadResult) -> None:
-    """One workload of `results` (already concluded) placed on its machine model, with its findings."""
+def conclude_workload(results: Results, workload: WorkloadResult, kernel_bound_us: float | None = None) -> None:
+    """One workload of `results` (already concluded) placed on its machine model (`kernel_bound_us`: see
+    place_workload), with its findings."""
     assert results.machine_model is not None
-    place_workload(workload, results.machine_model)
+    place_workload(workload, results.machine_model, kernel_bound_us)
     results.findings += workload_findings(workload, results.machine_model)
 
 

@@ -17,7 +17,9 @@ probes on a measured card, or a datasheet fact on a datasheet card (stated as su
 * Memory, the hierarchical roofline: bytes served from each level come from :func:`reuse_traffic`,
   an LRU estimate over the step's own access order. A read of data an earlier kernel of the step
   touched is served by the smallest cache whose capacity holds everything touched since; every
-  other read, and every write (write-back caches hand it on), is main-memory traffic. Traffic
+  other read is main-memory traffic, and so is every write (write-back caches hand it on). The
+  bound lets a kernel's writes stay in the nearest cache that holds all it touches (their write-back
+  may come after it ends), so that it stays a lower limit. Traffic
   reaching a level is what it serves plus what passes through it to farther levels, and the
   slowest level sets the term. Without an access trace, bytes up to the last-level cache's size
   may be served by it (a lower limit whether or not the data was resident).
@@ -69,27 +71,40 @@ class Access:
 
 @dataclass(frozen=True)
 class Traffic:
-    """Where one call's bytes come from: reads by level served (cache keys and main memory), writes."""
+    """Where one call's bytes go: reads by the level that serves them, writes by the level that takes them
+    (cache keys and main memory)."""
 
     reads: Mapping[str, float]
-    written: float
+    writes: Mapping[str, float]
     resident: float  # bytes of resident storages among reads and writes
+
+    @property
+    def written(self) -> float:
+        return sum(self.writes.values())
 
     @property
     def total(self) -> float:
         return sum(self.reads.values()) + self.written
 
     def shares(self) -> dict[str, float]:
-        """Share of the call's bytes served by each level, writes counted at main memory."""
+        """Share of the call's bytes served or taken by each level."""
         total = self.total
-        return {level: b / total for level, b in self.reads.items() if b > 0} if total > 0 else {}
+        if total <= 0:
+            return {}
+        levels = {*self.reads, *self.writes}
+        shares = {level: (self.reads.get(level, 0.0) + self.writes.get(level, 0.0)) / total for level in levels}
+        return {level: share for level, share in shares.items() if share > 0}
 
 
-def reuse_traffic(calls: Sequence[Sequence[Access]], caches: Sequence[tuple[str, float]], main: str) -> list[Traffic]:
+def reuse_traffic(calls: Sequence[Sequence[Access]], caches: Sequence[tuple[str, float]], main: str,
+                  writes_stay_cached: bool = False) -> list[Traffic]:
     """Serve each call's reads from the nearest cache that still holds them, by an LRU stack over the calls'
     order: a storage touched before is resident in a cache of capacity C when the distinct bytes touched since
     its last touch, plus its own, fit in C. `caches` are (level, capacity in bytes); `main` names main memory.
-    A call touching one storage twice reads it once. Writes go to main memory and leave the data cached."""
+    A call touching one storage twice reads it once. Writes go to main memory: a write-back cache hands
+    every dirty line on sooner or later, and the data stays cached for later reads. With
+    `writes_stay_cached` (a lower bound's view), a call's writes are taken by the nearest cache that holds
+    everything the call touches: their write-back may fall after the call ends."""
     levels = sorted(((c, level) for level, c in caches if c > 0))
     largest = levels[-1][0] if levels else 0.0
     stack: OrderedDict[int, int] = OrderedDict()  # storage -> bytes, least recent first
@@ -116,13 +131,17 @@ def reuse_traffic(calls: Sequence[Sequence[Access]], caches: Sequence[tuple[str,
                         break
                 level = next((name for capacity, name in levels if distance <= capacity), main)
             served[level] += nbytes
+        touched = sum(reads.values()) + sum(writes.values())
+        taken = dict.fromkeys(served, 0.0)
+        absorbing = next((name for capacity, name in levels if touched <= capacity), main) if writes_stay_cached else main
+        taken[absorbing] += float(sum(writes.values()))
         for storage, nbytes in (*reads.items(), *writes.items()):
             held -= stack.pop(storage, 0)
             stack[storage] = nbytes
             held += nbytes
         while held > 2 * largest and len(stack) > 1:  # what lies this deep is a miss in every cache
             held -= stack.popitem(last=False)[1]
-        out.append(Traffic(served, float(sum(writes.values())), resident))
+        out.append(Traffic(served, taken, resident))
     return out
 
 

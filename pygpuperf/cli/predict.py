@@ -24,7 +24,9 @@ from pygpuperf.predict import (Prediction, _unprofiled_step_us, predict, predict
 
 def build_parser() -> argparse.ArgumentParser:
     p = cli.Parser(prog="python -m pygpuperf.predict", description=__doc__.splitlines()[0])
-    p.add_argument("--profile", type=Path, required=True, help="explain.json, or the folder holding it")
+    p.add_argument("--profile", type=Path, required=True, action="append",
+                   help="explain.json, or the folder holding it; with --validate, repeat it to give each published "
+                        "figure the profile of its workload, precision and configuration")
     p.add_argument("--source-model", required=True, help="results.json of the profiled GPU, or datasheet:<card>")
     p.add_argument("--target", action="append", default=[],
                    help="datasheet:<card> or results.json (repeatable; default with --batch-size: the source card)")
@@ -82,18 +84,26 @@ def _print_table(predictions: Sequence[Prediction], prices: dict[str, float]) ->
         console.print(f"[bold]{escape(p.target)}[/bold]: {escape(p.confidence)}", highlight=False)
 
 
+def _load_profile(path: Path) -> Explanation:
+    if not path.exists():
+        raise UsageError(f"--profile {path}: no such file or folder")
+    try:
+        profile = load_explanation(path)
+        validation.check_explanation(profile, str(path))
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
+        raise UsageError(f"--profile {validation.one_line(path, 120)}: not a usable explain.json "
+                         f"({validation.one_line(exc)})") from None
+    return profile
+
+
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.target and not args.validate and args.batch_size is None:
         raise UsageError("give at least one --target (datasheet:<card> or results.json), --batch-size N or --validate FILE")
-    if not args.profile.exists():
-        raise UsageError(f"--profile {args.profile}: no such file or folder")
-    try:
-        profile = load_explanation(args.profile)
-        validation.check_explanation(profile, str(args.profile))
-    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
-        raise UsageError(f"--profile {validation.one_line(args.profile, 120)}: not a usable explain.json "
-                         f"({validation.one_line(exc)})") from None
+    if len(args.profile) > 1 and not args.validate:
+        raise UsageError("give one --profile to price on targets; several only with --validate")
+    profiles = [_load_profile(path) for path in args.profile]
+    profile = profiles[0]
     for name, value in (("--samples-per-step", args.samples_per_step), ("--batch-size", args.batch_size)):
         if value is not None and value < 1:
             raise UsageError(f"{name} {value}: needs at least 1")
@@ -107,18 +117,19 @@ def run(argv: list[str] | None = None) -> int:
                          f"{validation.device_kind(source.model.device, source.model.origin)} model but the profile "
                          f"ran on {validation.one_line(profile.device, 40)}: give the results.json of the device that "
                          "ran the profile, or --allow-cross-device to price it anyway")
-    step_us = args.source_step_ms * 1e3 if args.source_step_ms else _unprofiled_step_us(args.profile)
+    step_us = args.source_step_ms * 1e3 if args.source_step_ms else _unprofiled_step_us(args.profile[0])
     prices = _prices(args.price)
     folder = cli.claim_output(args.out, "prediction", "prediction.json", overwrite=args.overwrite) if args.out else None
     try:
-        return _predict_and_write(args, profile, source, step_us, prices, folder.path if folder else None)
+        return _predict_and_write(args, profiles, source, step_us, prices, folder.path if folder else None)
     finally:
         if folder is not None:
             folder.release()
 
 
-def _predict_and_write(args: argparse.Namespace, profile: Explanation, source: LoadedModel, step_us: float | None,
-                       prices: dict[str, float], out: Path | None) -> int:
+def _predict_and_write(args: argparse.Namespace, profiles: list[Explanation], source: LoadedModel,
+                       step_us: float | None, prices: dict[str, float], out: Path | None) -> int:
+    profile = profiles[0]
     if args.validate:
         from pygpuperf.core import documents
 
@@ -126,7 +137,8 @@ def _predict_and_write(args: argparse.Namespace, profile: Explanation, source: L
             published = documents.load_document(args.validate, "prediction_validation", "published-figures file")
         except documents.ResultsFileError as exc:
             raise UsageError(f"--validate {exc}") from None
-        text = validation_table(validate(profile, source, published, source_step_us=step_us), source.name)
+        text = validation_table(validate(profile if len(profiles) == 1 else profiles, source, published,
+                                         source_step_us=step_us), source.name)
         print(text)
         if out:
             (out / "prediction-validation.txt").write_text(text + "\n", encoding="utf-8")

@@ -189,12 +189,17 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
     with workload.build(device, args.batch_size) as built:
         timed = time_built(workload, built, device, **({"warmup": 1, "steps": 3} if args.quick else {}))
         results.workloads.append(timed)
-        conclude.conclude_workload(results, timed)
         err.print(f"explaining {name}: profiling {1 if args.quick else 3} step(s) ...")
         throughput = Throughput(timed.step_time.scaled(1e6), built.samples_per_step,
-                                          timed.peak_memory_bytes, timed.resident_memory_bytes)
-        explanation = explainer.explain_built(built, results.machine_model, device, steps=1 if args.quick else 3,
-                                              throughput=throughput)
+                                timed.peak_memory_bytes, timed.resident_memory_bytes)
+        try:
+            explanation = explainer.explain_built(built, results.machine_model, device,
+                                                  steps=1 if args.quick else 3, throughput=throughput)
+        except BaseException:
+            conclude.conclude_workload(results, timed)  # placed by its counted intensity, whatever stopped it
+            raise
+        # Placed by the same kernel-time model that bounds its kernels.
+        conclude.conclude_workload(results, timed, sum(k.bound_us or 0.0 for k in explanation.median.kernels))
         settings = dict(built.params)
     folder = out / "explain"
     console.print(f"explained step of {escape(name)}:", highlight=False)

@@ -301,6 +301,12 @@ class MachineModel:
             value = device_meta.get(meta_key)
             if value:
                 self.capacity[key] = Ceiling(float(value), "B", source, "")
+        # A CPU's private caches, summed over the threads that share an op's work.
+        workers = device_meta.get("threads") or device_meta.get("cores")
+        for key, meta_key in (("l1", "l1d_cache_bytes_per_cpu"), ("l2", "l2_cache_bytes_per_cpu")):
+            value = device_meta.get(meta_key)
+            if value and workers and key not in self.capacity:
+                self.capacity[key] = Ceiling(float(value) * workers, "B", f"{source}: {meta_key} x {workers}", "")
         for key, meta_key in (("compute_units", "multiprocessor_count"), ("clock_mhz", "sm_clock_max_mhz")):
             value = device_meta.get(meta_key)
             if value and key not in self.facts:

@@ -102,14 +102,16 @@ def kernel_work(record: KernelRecord, model: MachineModel, shares: Mapping[str, 
     return None
 
 
-def reuse_shares(calls: Sequence[CallAccesses], model: MachineModel) -> dict[int, dict[str, float]]:
+def reuse_shares(calls: Sequence[CallAccesses], model: MachineModel, bound: bool = True) -> dict[int, dict[str, float]]:
     """Each traced call's share of bytes by the level that serves them (kernel_time.reuse_traffic over the
-    calls in issue order, against the model's caches that have a size and a bandwidth)."""
+    calls in issue order, against the model's caches that have a size and a bandwidth). `bound` lets a
+    call's writes stay in a cache that holds all it touches (a lower limit); False sends every write to
+    main memory, where it ends up: the traffic a time prediction and the hardware counters see."""
     main = model.dram_key()
     if not calls or main is None:
         return {}
     caches = [(level, capacity) for level, capacity in card_terms(model).caches if level in model.memory]
-    traffic = reuse_traffic([c.accesses for c in calls], caches, main)
+    traffic = reuse_traffic([c.accesses for c in calls], caches, main, writes_stay_cached=bound)
     return {c.index: t.shares() for c, t in zip(calls, traffic)}
 
 

@@ -37,7 +37,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze import machine_model
 from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
@@ -175,7 +175,7 @@ class _Pricing:
 
     @staticmethod
     def of(model: MachineModel, calls: Sequence[CallAccesses], reference: MachineModel | None = None) -> "_Pricing":
-        return _Pricing(model, card_terms(model, reference), attribution.reuse_shares(calls, model))
+        return _Pricing(model, card_terms(model, reference), attribution.reuse_shares(calls, model, bound=False))
 
     def timing(self, record: KernelRecord, tile_scale: float = 1.0) -> KernelTime | None:
         share = self.shares.get(record.call) if record.call is not None else None
@@ -404,7 +404,7 @@ class ValidationGroup:
     name: str
     reference: str
     rows: list[ValidationRow]
-    skipped: list[str]  # cards with no datasheet model
+    skipped: list[str]  # cards with no datasheet model, or no profile of the figure's workload and settings
     reference_published: float = math.nan  # samples/s of the reference card
     reference_predicted: float = math.nan
 
@@ -413,42 +413,87 @@ class ValidationGroup:
         return sum(abs(r.error) for r in self.rows) / len(self.rows) if self.rows else math.nan
 
 
-def validate(profile: Explanation, source: LoadedModel, published: dict[str, Any], *,
-             source_step_us: float | None = None) -> list[ValidationGroup]:
-    """Predicted vs published throughput ratios, per group of the document, for its `precision` figures.
+# A figure's precision -> the profile's amp setting it is measured against (fp32 and TF32 figures are one
+# fp32 model: TF32 is how cuDNN and cuBLAS run it on cards that have it, which the precision table handles).
+_FIGURE_AMP = {"amp-fp16": "fp16", "amp-bf16": "bf16", "fp32": "none", "tf32": "none"}
 
-    Each figure's card is priced as its datasheet model (``priced_as`` when its name is not a
-    datasheet key), at the figure's batch size where it gives one. The reference of a group is the document's `reference` card where the group
-    has it, else the group's first card.
+
+def profile_for(figure: Mapping[str, Any], profiles: Sequence[Explanation],
+                default_precision: str = "amp-fp16") -> Explanation | None:
+    """The profile a published figure is priced from: the one of its workload (the figure's "workload" a
+    prefix of the profile's, "resnet50-train" for "resnet50-train-amp"), its precision, and every setting
+    its "config" states (memory_format, ...); None when no profile matches."""
+    precision = figure.get("precision", default_precision)
+    for profile in profiles:
+        settings = profile.settings
+        name = settings.get("workload", "")
+        wanted = figure.get("workload")
+        if wanted and not (name == wanted or name.startswith(wanted + "-")):
+            continue
+        if _FIGURE_AMP.get(precision) not in (None, settings.get("amp", _FIGURE_AMP.get(precision))):
+            continue
+        if all(_setting(settings.get(k, v)) == _setting(v) for k, v in (figure.get("config") or {}).items()
+               if k in ("memory_format", "cudnn_benchmark")):
+            return profile
+    return None
+
+
+# The spellings sources use for a setting, as the workloads' knobs spell it.
+_SETTING_ALIASES = {"nhwc": "channels_last", "nchw": "nchw", "true": "on", "false": "off"}
+
+
+def _setting(value: Any) -> str:
+    text = str(value).strip().lower()
+    return _SETTING_ALIASES.get(text, text)
+
+
+def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel, published: dict[str, Any], *,
+             source_step_us: float | None = None) -> list[ValidationGroup]:
+    """Predicted vs published throughput ratios, per group of the document.
+
+    With one profile, the document's `precision` figures are priced from it. With several, each figure
+    is priced from the profile of its workload, precision and stated configuration
+    (:func:`profile_for`); figures without one are listed as skipped. Each figure's card is priced as
+    its datasheet model (``priced_as`` when its name is not a datasheet key), at the figure's batch
+    size where it gives one. The reference of a group is the document's `reference` card where the
+    group has it, else the group's first card.
     """
+    single = isinstance(profiles, Explanation)
+    profiles = [profiles] if single else list(profiles)
     precision = published.get("precision", "amp-fp16")
     known = set(machine_model.card_keys())
-    by_group: dict[str, list[dict[str, Any]]] = {}
+    by_group: dict[str, list[tuple[dict[str, Any], Explanation | None]]] = {}
     for figure in published["figures"]:
-        if figure.get("precision", precision) == precision:
-            by_group.setdefault(figure.get("group", "published"), []).append(figure)
+        if single and figure.get("precision", precision) != precision:
+            continue
+        chosen = profiles[0] if single else profile_for(figure, profiles, precision)
+        group = figure.get("group", "published")
+        if not single:  # a card appears once per group and precision: ratios are taken within both
+            group = f"{group} [{figure.get('precision', precision)}]"
+        by_group.setdefault(group, []).append((figure, chosen))
     groups = []
-    cache: dict[tuple[str, int | None], float] = {}
+    cache: dict[tuple[int, str, int | None], float] = {}
     for name, figures in by_group.items():
-        usable = [f for f in figures if f.get("priced_as", f["card"]) in known]
-        skipped = [f["card"] for f in figures if f.get("priced_as", f["card"]) not in known]
+        usable = [(f, p) for f, p in figures if f.get("priced_as", f["card"]) in known and p is not None]
+        skipped = [f["card"] if p is not None else f"{f['card']} (no profile of its workload and settings)"
+                   for f, p in figures if (f, p) not in usable]
         if len(usable) < 2:
             continue
-        cards = [f["card"] for f in usable]
+        cards = [f["card"] for f, _ in usable]
         reference = published.get("reference") if published.get("reference") in cards else cards[0]
         predicted = {}
-        for f in usable:
+        for f, profile in usable:
             slug = f.get("priced_as", f["card"])
-            key = (slug, f.get("batch_size"))
+            key = (id(profile), slug, f.get("batch_size"))
             if key not in cache:  # at the figure's batch where it names one: the model moves the step there
                 target = load_model(DATASHEET_PREFIX + slug)
                 cache[key] = predict(profile, source.model, target.model, source_step_us=source_step_us,
                                      batch_size=f.get("batch_size")).throughput
             predicted[f["card"]] = cache[key]
-        figure = {f["card"]: float(f["samples_per_s"]) for f in usable}
+        figure = {f["card"]: float(f["samples_per_s"]) for f, _ in usable}
         rows = [ValidationRow(c, figure[c], figure[c] / figure[reference], predicted[c],
                               predicted[c] / predicted[reference],
-                              next(f.get("priced_as", "") for f in usable if f["card"] == c))
+                              next(f.get("priced_as", "") for f, _ in usable if f["card"] == c))
                 for c in cards if c != reference]
         groups.append(ValidationGroup(name, reference, rows, skipped, figure[reference], predicted[reference]))
     return groups
@@ -468,7 +513,7 @@ def validation_table(groups: Sequence[ValidationGroup], source: str) -> str:
             lines.append(f"  {card:44s} {r.published:11.0f} {r.published_ratio:11.3f} {r.predicted:11.0f} "
                          f"{r.predicted_ratio:11.3f} {100 * r.error:+7.1f}% {100 * (r.predicted / r.published - 1):+8.1f}%")
         lines.append(f"  mean absolute error of the ratios: {100 * g.mean_absolute_error:.1f}% over {len(g.rows)} "
-                     "card(s)" + (f"; no datasheet model for {', '.join(g.skipped)}" if g.skipped else ""))
+                     "card(s)" + (f"; not priced: {', '.join(g.skipped)}" if g.skipped else ""))
     rows = [r for g in groups for r in g.rows]
     if rows:
         lines.append(f"all groups: mean absolute error {100 * sum(abs(r.error) for r in rows) / len(rows):.1f}% "

@@ -7,7 +7,7 @@ from pygpuperf.workloads.base import BuiltWorkload, Workload, run_workload, time
 from pygpuperf.workloads.detection import RETINANET_TRAIN
 from pygpuperf.workloads.gan import DCGAN_TRAIN
 from pygpuperf.workloads.knobs import KnobError, KnobSpec
-from pygpuperf.workloads.language import GPT_100M_TRAIN, GPT_TINY_TRAIN, GPTConfig
+from pygpuperf.workloads.language import BERT_BASE_SQUAD_TRAIN, GPT_100M_TRAIN, GPT_TINY_TRAIN, GPTConfig
 from pygpuperf.workloads.segmentation import UNET_TRAIN
 from pygpuperf.workloads.user import UserWorkload, load_user_step
 from pygpuperf.workloads.vision import RESNET18_TRAIN_SMALL, RESNET50, RESNET50_TRAIN_AMP, RESNET101
@@ -22,6 +22,7 @@ WORKLOADS: dict[str, Workload] = {
         DCGAN_TRAIN,
         UNET_TRAIN,
         GPT_100M_TRAIN,
+        BERT_BASE_SQUAD_TRAIN,
         GPT_TINY_TRAIN,
     )
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -185,4 +186,126 @@ GPT_TINY_TRAIN = GPTTraining(
     config=GPTConfig(layers=4, d_model=256, heads=4, seq_len=256, vocab=8192),
     default_batch={"cpu": 4, "other": 32},
     defaults={"amp": "none"},
+)
+
+
+# --------------------------------------------------------------------------- BERT (encoder) fine-tuning
+
+
+@dataclass(frozen=True)
+class BERTConfig:
+    """BERT-base by default: 12 layers, hidden 768, 12 heads, FFN 3072, WordPiece vocabulary of 30522."""
+
+    layers: int = 12
+    d_model: int = 768
+    heads: int = 12
+    seq_len: int = 384  # SQuAD fine-tuning's sequence length
+    vocab: int = 30522
+    max_positions: int = 512
+
+
+class _EncoderBlock(nn.Module):
+    """Post-LayerNorm encoder block as BERT has it: bidirectional self-attention, then a GELU (erf) FFN."""
+
+    def __init__(self, config: BERTConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.heads = config.heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.projection = nn.Linear(d, d)
+        self.ln_attention = nn.LayerNorm(d, eps=1e-12)
+        self.ffn_in = nn.Linear(d, 4 * d)
+        self.ffn_out = nn.Linear(4 * d, d)
+        self.ln_ffn = nn.LayerNorm(d, eps=1e-12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (t.view(batch, tokens, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v)
+        x = self.ln_attention(x + self.projection(y.transpose(1, 2).reshape(batch, tokens, d)))
+        return self.ln_ffn(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+
+
+class BERTForQuestionAnswering(nn.Module):
+    """Word, position and token-type embeddings, the encoder, and SQuAD's span head (start and end logits)."""
+
+    def __init__(self, config: BERTConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.word_embedding = nn.Embedding(config.vocab, d)
+        self.position_embedding = nn.Embedding(config.max_positions, d)
+        self.type_embedding = nn.Embedding(2, d)
+        self.ln_embedding = nn.LayerNorm(d, eps=1e-12)
+        self.blocks = nn.ModuleList(_EncoderBlock(config) for _ in range(config.layers))
+        self.span = nn.Linear(d, 2)
+
+    def forward(self, tokens: torch.Tensor, types: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.ln_embedding(self.word_embedding(tokens) + self.position_embedding(positions)
+                              + self.type_embedding(types))
+        for block in self.blocks:
+            x = block(x)
+        start, end = self.span(x).unbind(dim=-1)
+        return start, end
+
+
+class BERTSquadTraining(ModelWorkload):
+    """One AdamW step of SQuAD-style span prediction on a fixed batch of synthetic sequences."""
+
+    dominant_op = "matmul"
+    convolutional = False
+
+    def __init__(self, name: str, description: str, config: BERTConfig, default_batch: dict[str, int],
+                 defaults: dict[str, Any] | None = None) -> None:
+        super().__init__(name, description, default_batch, defaults, (
+            KnobSpec("seq_len", "int", f"tokens per sequence (at most {config.max_positions})", default=config.seq_len),))
+        self.config = config
+
+    def recipe(self, device: torch.device, batch: int, settings: Settings) -> StepRecipe:
+        seq_len = settings.knobs.get("seq_len") or self.config.seq_len
+        if seq_len > self.config.max_positions:
+            raise KnobError(f"{self.name}: seq_len {seq_len} is more than its {self.config.max_positions} positions")
+        config = dataclasses.replace(self.config, seq_len=seq_len)
+        model = BERTForQuestionAnswering(config).to(device).train()
+        tokens = torch.randint(0, config.vocab, (batch, config.seq_len), device=device)
+        types = (torch.arange(config.seq_len, device=device) >= config.seq_len // 3).long().expand(batch, -1)
+        start, end = (torch.randint(0, config.seq_len, (batch,), device=device) for _ in range(2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5, weight_decay=0.01,
+                                      **settings.optimizer_options(adam=True))
+        scaling = LossScaling(device, settings)
+        compiled = compile_module(model, settings)
+
+        def train(net: nn.Module) -> None:
+            with settings.autocast(device):
+                start_logits, end_logits = net(tokens, types)
+                loss = (F.cross_entropy(start_logits.float(), start) + F.cross_entropy(end_logits.float(), end)) / 2
+            scaling.backward(loss)
+            scaling.step(optimizer)
+            scaling.update()
+            optimizer.zero_grad(set_to_none=True)
+
+        params = {
+            "model": f"BERT encoder ({config.layers} layers, hidden {config.d_model}, {config.heads} heads, "
+                     f"vocab {config.vocab}) with a span head",
+            "parameters": str(sum(p.numel() for p in model.parameters())),
+            "batch_size": str(batch), "seq_len": str(config.seq_len),
+            "attention": "torch.nn.functional.scaled_dot_product_attention (bidirectional)",
+            "optimizer": settings.optimizer_label("AdamW", "lr=3e-5, weight_decay=0.01"),
+            "loss": "start and end position cross_entropy", "data": "synthetic token ids, created once on the device",
+        }
+        if scaling.scaler is not None:
+            params["loss_scaling"] = "torch.amp.GradScaler"
+        notes = [f"samples are sequences of {config.seq_len} tokens"]
+        return StepRecipe(body=lambda: train(compiled), eager_body=lambda: train(model), optimizers=(optimizer,),
+                          samples_per_step=batch, params=params, modules=(model,), notes=notes)
+
+
+BERT_BASE_SQUAD_TRAIN = BERTSquadTraining(
+    name="bert-base-squad-train",
+    description="BERT-base fine-tuning step on SQuAD-shaped data (12 layers, hidden 768, 12 heads, 110 M "
+    "parameters), 384 tokens, AdamW, fp16 autocast with loss scaling on GPUs (bf16 elsewhere)",
+    config=BERTConfig(),
+    default_batch={"cuda": 32, "cpu": 1, "other": 4},
+    defaults={"amp": "auto"},
 )

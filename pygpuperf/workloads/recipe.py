@@ -304,6 +304,7 @@ class ModelWorkload(Workload):
             restore()
             raise
         built.on_close.insert(0, restore)  # last: after anything the recipe added
+        built.params["workload"] = self.name
         built.params["batch_size_requested"] = str(requested)
         built.params["amp"] = settings.amp
         built.params["precision"] = precision_label(device, settings.amp, self.dominant_op)

@@ -8,7 +8,9 @@ The file is imported as a module of its own (a fresh, unique name on every load)
 * a ``(step, samples_per_step)`` tuple;
 * a dict with "step" and optionally "samples_per_step", "params" (recorded with the result),
   "notes", "count_step" (an eager form of the step to count FLOPs and bytes from, where
-  "step" replays a graph or compiled code) and "close" (run when the workload is closed).
+  "step" replays a graph or compiled code), "close" (run when the workload is closed) and
+  "modules" (the models the step runs: module paths for the explainer, and their parameters as
+  what does not grow with the batch).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pygpuperf.workloads.knobs import (
 )
 
 DEFAULT_FUNCTION = "make_step"
-_RESULT_KEYS = ("step", "samples_per_step", "params", "notes", "count_step", "close")
+_RESULT_KEYS = ("step", "samples_per_step", "params", "notes", "count_step", "close", "modules")
 _FORM = "give path/to/file.py:function, e.g. train.py:make_step"
 _load_counter = itertools.count()
 
@@ -165,6 +167,10 @@ def _unpack(result: Any, source: StepSource) -> dict[str, Any]:
                              f"make '{key}' a function taking no arguments")
     if unpacked.get("params") is not None and not isinstance(unpacked["params"], Mapping):
         raise UsageError(f"{source}: 'params' must be a dict of name to value")
+    modules = unpacked.get("modules")
+    if modules is not None and (isinstance(modules, torch.nn.Module) or
+                                not all(isinstance(m, torch.nn.Module) for m in modules)):
+        raise UsageError(f"{source}: 'modules' must be a list or tuple of torch.nn.Module")
     notes = unpacked.get("notes")
     if notes is not None and (isinstance(notes, str) or not all(isinstance(n, str) for n in notes)):
         raise UsageError(f"{source}: 'notes' must be a list of strings")
@@ -218,7 +224,7 @@ def load_user_step(spec: str | Path | StepSource, device: torch.device | str, ba
     if ignored:
         notes.append(f"{source.function}() does not take {', '.join(ignored)}: not passed")
     built = BuiltWorkload(step=unpacked["step"], samples_per_step=samples, params=params, notes=notes,
-                          count_step=unpacked.get("count_step"))
+                          count_step=unpacked.get("count_step"), modules=tuple(unpacked.get("modules") or ()))
     if unpacked.get("close") is not None:
         built.on_close.append(unpacked["close"])
     return built
