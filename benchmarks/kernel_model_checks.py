@@ -59,7 +59,7 @@ def read_ncu(path: Path) -> pd.DataFrame:
 
 def counters(results: Path, explain: Path, ncu_csv: Path) -> dict:
     model = documents.load_results(results).machine_model
-    e = load_explanation(explain)
+    e = _explanation(explain, model)
     records = sorted((r for r in e.median.kernels if r.kernel_class != MEMCPY), key=lambda r: r.start_us)
     shares = attribution.reuse_shares(e.calls, model, bound=False)  # where the bytes end up, as counters see them
     terms = card_terms(model)
@@ -107,11 +107,18 @@ def counters(results: Path, explain: Path, ncu_csv: Path) -> dict:
     }
 
 
+def _explanation(path: Path, model):
+    """A recorded profile with each op's work split among its kernels by time beyond the card's fixed cost."""
+    e = load_explanation(path)
+    attribution.resplit_op_costs(e.median.kernels, card_terms(model).fixed_us)
+    return e
+
+
 def self_check(results: Path, explains: list[Path]) -> list[dict]:
     model = documents.load_results(results).machine_model
     rows = []
     for path in explains:
-        e = load_explanation(path)
+        e = _explanation(path, model)
         records = e.median.kernels
         attribution.assign_bounds(records, model, e.calls)
         bad = attribution.self_check(records)
@@ -125,7 +132,7 @@ def batch(results: Path, runs: Path, name: str, source_batch: int) -> list[dict]
     from pygpuperf.predict import predict_batch
 
     model = documents.load_results(results).machine_model
-    source = load_explanation(runs / f"{name}-bs{source_batch}" / "explain.json")
+    source = _explanation(runs / f"{name}-bs{source_batch}" / "explain.json", model)
     measured = {int(r["batch"]): r for r in json.loads((runs / "runs.json").read_text()) if r["name"] == name
                 and not r.get("knobs") and "error" not in r}
     host = measured.get(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pygpuperf.analyze.kernel_time import Access
+from pygpuperf.analyze.kernel_time import FIXED_KEY, Access
 from pygpuperf.explain import attribution as at
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER, TENSOR_GEMM, Idle,
                                      CallAccesses,
@@ -270,3 +270,30 @@ def test_with_a_trace_first_touch_bytes_come_from_main_memory_whatever_their_siz
     bound = at.reuse_shares([weights, reread], m)
     assert at.kernel_bound(gemv, m, bound) == (pytest.approx(25.0), "memory:hbm")
     assert at.kernel_bound(add, m, bound) == (pytest.approx(16_000 / 5000e9 * 1e6), "memory:l2")
+
+
+def test_a_helper_kernel_that_runs_for_the_fixed_cost_alone_takes_no_share_of_the_work():
+    """A 1 us offset-table kernel beside a 99 us GEMM of one call: by raw duration it would carry 1 % of the
+    bytes; beyond a 1 us fixed cost per kernel it carries none, and the GEMM keeps them all."""
+    conv = dict(op="aten::cudnn_convolution", flops=1e9, nbytes=1e6)
+    records = [k("computeOffsetsKernel", 0, 1, MEMORY_BOUND, **conv), k("sm90_xmma_fprop", 1, 99, TENSOR_GEMM,
+                                                                        precision="fp16.acc32", **conv)]
+    for r in records:
+        r.op_call_id = 7
+    at.distribute_op_costs(records)
+    assert records[0].bytes == pytest.approx(1e4)
+    at.resplit_op_costs(records, fixed_us=1.0)
+    assert [r.bytes for r in records] == pytest.approx([0.0, 1e6])
+    assert [r.flops for r in records] == pytest.approx([0.0, 1e9])
+
+
+def test_bounds_use_a_fixed_cost_no_longer_than_the_shortest_kernel_of_the_step():
+    m = _model()
+    m.latency[FIXED_KEY] = Ceiling(3000.0, "ns", "latency.kernel.duration", "test")
+    fast = k("vectorized_elementwise_kernel", 0, 2.0, MEMORY_BOUND, nbytes=1e3)
+    slow = k("vectorized_elementwise_kernel", 5, 40.0, MEMORY_BOUND, nbytes=1e3)
+    assert at.bound_terms([fast, slow], m).fixed_us == pytest.approx(2.0)
+    assert at.bound_terms([slow], m).fixed_us == pytest.approx(3.0)
+    at.assign_bounds([fast, slow], m)
+    assert fast.bound_us == pytest.approx(2.001)  # the 3 us probe figure would put it 50 % over its time
+    assert at.self_check([fast, slow]) == []

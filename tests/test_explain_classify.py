@@ -212,3 +212,12 @@ def test_a_split_k_convolution_keeps_its_flops_on_the_gemm_and_stays_within_its_
     assert (gemm.kernel_class, gemm.precision) == ("tensor_gemm", "tf32.acc32")
     assert gemm.flops > 0 and all(r.flops == 0 for r in records if r is not gemm)
     assert attribution.self_check(records) == []
+
+
+def test_a_library_zeroing_its_workspace_is_a_fill_whatever_gemm_its_template_names():
+    from pygpuperf.explain.model import KernelRecord
+
+    name = ("void cask__5x_cudnn::init_device_workspace_kernel<cask__5x_cudnn::xmma_fprop_implicit_gemm_f16f16_"
+            "f16f32_nhwckrsc_nhwc_tilesize128x128x64>(int*, int)")
+    assert classify(KernelRecord(name=name, start_us=0.0, duration_us=1.0, op="aten::cudnn_convolution",
+                                 dtypes=["c10::Half"]))[0] == "memcpy_memset"

@@ -154,12 +154,22 @@ def tensor_bound(record: KernelRecord, model: MachineModel, shares: Mapping[int,
     return kernel_bound(as_matrix, model, shares, terms)
 
 
+def bound_terms(records: Sequence[KernelRecord], model: MachineModel) -> CardTerms:
+    """The model's terms for lower bounds on this step: the fixed cost per kernel no higher than the shortest
+    kernel the step ran (the probe's figure is a typical tiny kernel; some run shorter)."""
+    terms = card_terms(model)
+    shortest = min((r.duration_us for r in records if r.kernel_class != MEMCPY and r.duration_us > 0), default=None)
+    if shortest is not None and shortest < terms.fixed_us:
+        return dataclasses.replace(terms, fixed_us=shortest)
+    return terms
+
+
 def assign_bounds(records: Sequence[KernelRecord], model: MachineModel,
                   calls: Sequence[CallAccesses] = ()) -> list[KernelRecord]:
     """Set bound_us, fixed_us and ceiling of every record (in place) from :func:`kernel_bound`, with the
     reuse of `calls` (the traced step's op calls) deciding which level serves each kernel's bytes."""
     shares = reuse_shares(calls, model)
-    terms = card_terms(model)
+    terms = bound_terms(records, model)
     for record in records:
         timing = kernel_timing(record, model, shares, terms)
         record.bound_us, record.ceiling = (timing.total_us, timing.ceiling) if timing else (None, "")
@@ -187,20 +197,25 @@ def _op_calls(records: Sequence[KernelRecord]) -> list[list[KernelRecord]]:
     return groups
 
 
-def _split(records: Sequence[KernelRecord], total: float, attr: str) -> None:
-    durations = [max(r.duration_us, 0.0) for r in records]
+def _split(records: Sequence[KernelRecord], total: float, attr: str, fixed_us: float = 0.0) -> None:
+    """Share `total` among `records` by the time each spent beyond the fixed cost of a kernel (the part of a
+    kernel's duration that can be doing the work); evenly when none spent any."""
+    durations = [max(r.duration_us - fixed_us, 0.0) for r in records]
     whole = sum(durations)
     for r, d in zip(records, durations):
         setattr(r, attr, total * (d / whole if whole > 0 else 1 / len(records)))
 
 
 def distribute_op_costs(records: Sequence[KernelRecord],
-                        group_key: Callable[[KernelRecord], Hashable] | None = None) -> list[KernelRecord]:
-    """Split an op's work among the kernels it launched, in proportion to their durations (in place).
+                        group_key: Callable[[KernelRecord], Hashable] | None = None,
+                        fixed_us: float = 0.0) -> list[KernelRecord]:
+    """Split an op's work among the kernels it launched, in proportion to their durations beyond the
+    card's fixed cost per kernel `fixed_us` (in place).
 
     Each record arrives carrying its op's whole cost (every kernel of one call has the op's
     flops and bytes); call this once. Without per-kernel counters the duration is the only
-    defensible weight. FLOPs go to the call's math kernels (tensor_gemm, vector_math) when it
+    defensible weight, less the fixed cost: a tiny helper kernel that runs for its fixed cost alone
+    takes no share. FLOPs go to the call's math kernels (tensor_gemm, vector_math) when it
     has any, so a conv's layout or reduction kernels get no GEMM FLOPs; bytes go to all of
     its kernels. `group_key` names a record's op call; by default the records' op_call_id
     when every kernel launched by an op has one, else calls are told apart as :func:`_op_calls` does.
@@ -221,9 +236,25 @@ def distribute_op_costs(records: Sequence[KernelRecord],
         math_kernels = [r for r in group if r.kernel_class in _MATH] or group
         for r in group:
             r.flops = 0.0
-        _split(math_kernels, flops, "flops")
-        _split(group, nbytes, "bytes")
+        _split(math_kernels, flops, "flops", fixed_us)
+        _split(group, nbytes, "bytes", fixed_us)
     return list(records)
+
+
+def resplit_op_costs(records: Sequence[KernelRecord], fixed_us: float) -> list[KernelRecord]:
+    """Split each op call's work again among its kernels (in place), weighting by time beyond `fixed_us`:
+    for a profile split before the card's fixed cost per kernel was known."""
+    calls: dict[Hashable, list[KernelRecord]] = defaultdict(list)
+    for r in records:
+        if r.op and r.op_call_id is not None:
+            calls[(r.op_call_id, r.op)].append(r)
+    for group in calls.values():
+        if len(group) > 1:
+            flops, nbytes = sum(r.flops for r in group), sum(r.bytes for r in group)
+            for r in group:
+                r.flops, r.bytes = flops, nbytes
+    return distribute_op_costs(records, lambda r: (r.op_call_id, r.op) if r.op and r.op_call_id is not None else id(r),
+                               fixed_us=fixed_us)
 
 
 # --------------------------------------------------------------------------- time
@@ -284,7 +315,7 @@ def waterfall(records: Sequence[KernelRecord], timeline: Timeline, model: Machin
     """
     parts = dict.fromkeys(WATERFALL_PARTS, 0.0)
     shares = reuse_shares(calls, model)
-    terms = card_terms(model)
+    terms = bound_terms(records, model)
     ideal = 0.0
     for record, share in zip(records, exclusive_times(records)):
         if record.duration_us <= 0:

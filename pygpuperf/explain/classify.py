@@ -241,6 +241,9 @@ _I = re.IGNORECASE
 RULES: tuple[Rule, ...] = (
     # Copies and fills done by the copy engines or the driver (kineto names them this way).
     _rule(r"^(?:Memcpy|Memset)\b", _fixed(MEMCPY)),
+    # A library zeroing its own workspace before a GEMM/convolution (cuDNN's cask init_device_workspace_kernel
+    # in H200 traces): a fill, however its template names the GEMM it prepares.
+    _rule(r"init_device_workspace|workspace_init|zero_workspace", _fixed(MEMCPY), flags=_I),
     # NCCL/RCCL collectives and point-to-point, and torch's symmetric-memory collectives.
     _rule(r"nccl|rccl|(?:one|two)_shot_all_reduce|multimem_all_reduce", _fixed(COMMUNICATION), flags=_I),
     # CUTLASS split-K reductions: a streaming sum of partial GEMM tiles, whatever GEMM their template names.

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.explain import accesses, attribution, costs, timeline, trace, words
 from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
 from pygpuperf.core.results import MachineModel, Stats
@@ -33,7 +34,7 @@ def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, s
                       timed.resident_memory_bytes)
 
 
-def _cost_records(step: trace.StepTrace) -> dict[str, float]:
+def _cost_records(step: trace.StepTrace, fixed_us: float = 0.0) -> dict[str, float]:
     """Give each kernel its op's FLOPs and bytes, then split them among the op's kernels.
     Returns the kernel time of ops no formula knows."""
     unknown: dict[str, float] = {}
@@ -51,7 +52,7 @@ def _cost_records(step: trace.StepTrace) -> dict[str, float]:
         record.flops, record.bytes = cost.flops, cost.bytes
         if cost.formula.startswith(costs.UNKNOWN):
             unknown[record.op] = unknown.get(record.op, 0.0) + record.duration_us
-    attribution.distribute_op_costs(step.kernels)
+    attribution.distribute_op_costs(step.kernels, fixed_us=fixed_us)
     return unknown
 
 
@@ -69,7 +70,7 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
                                    captured.calls)
             for record, call in zip(step.kernels, tied.kernel_calls):
                 record.call = call
-        for op, us in _cost_records(step).items():
+        for op, us in _cost_records(step, card_terms(model).fixed_us).items():
             unknown[op] = unknown.get(op, 0.0) + us
         attribution.assign_bounds(step.kernels, model, captured.calls)
         line = timeline.timeline(step.kernels, step.start_us, step.end_us, step.syncs)
