@@ -225,6 +225,10 @@ def test_validation_takes_ratios_inside_each_group():
     assert g2.rows[0].published_ratio == 2.0  # the fp32 figure is left out
     v100 = next(r for r in g1.rows if r.card == "v100-sxm2")
     assert g2.rows[0].predicted_ratio == pytest.approx(g2.rows[0].predicted / v100.predicted)
+    from pygpuperf.predict import absolute_errors
+    absolute = absolute_errors(groups)  # each group's reference and rows: the V100 is priced once per group
+    assert len(absolute) == 4
+    assert absolute[1] == pytest.approx(v100.predicted / 1000 - 1) and absolute[2] == pytest.approx(v100.predicted / 500 - 1)
 
 
 def test_confidence_names_the_dominant_part():
@@ -363,3 +367,7 @@ def test_each_published_figure_is_priced_from_the_profile_of_its_workload_and_se
     assert profile_for({**figure, "config": {"memory_format": "nchw"}}, profiles) is nchw
     assert profile_for({**figure, "precision": "tf32"}, profiles) is fp32  # TF32 is how the fp32 model runs
     assert profile_for({**figure, "workload": "bert-base-squad-train"}, profiles) is None
+    unnamed = {k: v for k, v in figure.items() if k != "workload"}
+    bert = profile(workload="bert-base-squad-train", amp="fp16")
+    assert profile_for(unnamed, [bert, nhwc]) is None  # a figure of no named workload is not priced from BERT
+    assert profile_for(unnamed, [nhwc, nchw]) is nhwc  # profiles of one workload: the figure is of it

@@ -422,8 +422,11 @@ def profile_for(figure: Mapping[str, Any], profiles: Sequence[Explanation],
                 default_precision: str = "amp-fp16") -> Explanation | None:
     """The profile a published figure is priced from: the one of its workload (the figure's "workload" a
     prefix of the profile's, "resnet50-train" for "resnet50-train-amp"), its precision, and every setting
-    its "config" states (memory_format, ...); None when no profile matches."""
+    its "config" states (memory_format, ...); None when no profile matches, or when the figure names no
+    workload and the profiles are of several."""
     precision = figure.get("precision", default_precision)
+    if not figure.get("workload") and len({p.settings.get("workload", "") for p in profiles}) > 1:
+        return None
     for profile in profiles:
         settings = profile.settings
         name = settings.get("workload", "")
@@ -518,7 +521,24 @@ def validation_table(groups: Sequence[ValidationGroup], source: str) -> str:
     if rows:
         lines.append(f"all groups: mean absolute error {100 * sum(abs(r.error) for r in rows) / len(rows):.1f}% "
                      f"over {len(rows)} ratio(s)")
+        absolute = absolute_errors(groups)
+        lines.append(f"all groups: mean absolute error of predicted throughput {100 * _mean_abs(absolute):.1f}% over "
+                     f"{len(absolute)} figure(s) (each card once per group, the reference included)")
     return "\n".join(lines)
+
+
+def absolute_errors(groups: Sequence[ValidationGroup]) -> list[float]:
+    """predicted / published - 1 for every priced figure (the references and the other rows)."""
+    out = []
+    for g in groups:
+        if g.reference_published > 0 and math.isfinite(g.reference_predicted):
+            out.append(g.reference_predicted / g.reference_published - 1)
+        out += [r.predicted / r.published - 1 for r in g.rows if r.published > 0]
+    return out
+
+
+def _mean_abs(values: Sequence[float]) -> float:
+    return sum(abs(v) for v in values) / len(values) if values else math.nan
 
 
 def samples_per_eur(prediction: Prediction, prices: dict[str, float]) -> float | None:
