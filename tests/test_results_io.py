@@ -121,3 +121,27 @@ def test_a_noisy_measurement_sets_a_ceiling_only_where_nothing_quieter_did():
     assert model.memory["dram"].cv == pytest.approx(quiet.stats.cv)
     alone = build_machine_model("cpu", [noisy])
     assert alone.memory["dram"].source == "memory.dram.copy"  # nothing better was measured
+
+
+def test_the_document_writer_checks_its_schema_and_keeps_what_fails_it(tmp_path):
+    from pygpuperf.core import documents
+    from pygpuperf.core.documents import ResultsFileError
+
+    good = [{"severity": "warning", "title": "t", "evidence": {"ms": float("nan")}, "suggestion": ""}]
+    path = documents.write_document(tmp_path / "findings.json", good, "findings", "findings.json")
+    assert json.loads(path.read_text())[0]["evidence"] == {"ms": None}  # JSON has no NaN
+    bad = [{"severity": "fatal", "title": "t", "evidence": {}, "suggestion": ""}]
+    with pytest.raises(ResultsFileError, match="severity|fatal"):
+        documents.write_document(tmp_path / "again.json", bad, "findings", "findings.json")
+    assert not (tmp_path / "again.json").exists()
+    assert json.loads((tmp_path / "again.invalid.json").read_text()) == bad
+
+
+@pytest.mark.parametrize("name", ["findings", "prediction", "compare", "batch_sweep", "explain", "results"])
+def test_every_document_schema_is_versioned_and_describes_its_fields(name):
+    from pygpuperf.core import documents
+
+    schema = documents.schema(name)
+    assert schema["$id"].startswith("pygpuperf/")
+    described = json.dumps(schema).count('"description"')
+    assert described >= 3, f"{name}: {described} field descriptions"

@@ -31,7 +31,7 @@ class ResultsFileError(ValueError):
 
 @lru_cache(maxsize=None)
 def schema(name: str) -> dict[str, Any]:
-    """A JSON schema shipped in pygpuperf/data (results, explain, prediction_validation)."""
+    """A JSON schema shipped in pygpuperf/data (results, explain, findings, prediction, compare, batch_sweep, ...)."""
     text = resources.files("pygpuperf").joinpath(f"data/{name}.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
 
@@ -167,6 +167,32 @@ def write_checkpoint(results: Results, out_dir: Path) -> Path:
     Not validated on the way out (that costs more than a short probe); the final write is."""
     path = out_dir / "results.json"
     atomic_write(path, json.dumps(results.to_dict(), allow_nan=False))
+    return path
+
+
+def _finite(value: Any) -> Any:
+    """`value` as plain JSON with every NaN or infinity as null: JSON has no spelling for them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_document(path: Path, doc: Any, schema_name: str, kind: str) -> Path:
+    """The one writer of pygpuperf's documents: `doc` as plain JSON, checked against
+    data/<schema_name>.schema.json, written atomically. A document that fails its schema is still
+    written, beside it as <name>.invalid.json (nothing measured is lost), and ResultsFileError says why."""
+    plain = _finite(json.loads(json.dumps(doc, default=str)))
+    text = json.dumps(plain, indent=1, allow_nan=False, ensure_ascii=False) + "\n"
+    try:
+        _check(plain, schema_name, str(path), kind)
+    except ResultsFileError:
+        atomic_write(path.with_name(path.stem + ".invalid.json"), text)
+        raise
+    atomic_write(path, text)
     return path
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from pygpuperf.core import documents
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import explainer, findings
 from pygpuperf.explain.model import Explanation
@@ -19,7 +20,7 @@ def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
     """explain.json (median step, waterfall, timeline, kernels) and kernels.csv."""
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "explain.json"
-    json_path.write_text(json.dumps(explanation.to_dict(), indent=1, default=str), encoding="utf-8")
+    documents.write_document(json_path, explanation.to_dict(), "explain", "explain.json")
     csv_path = out / "kernels.csv"
     columns = [f.name for f in dataclasses.fields(KernelRecord)]
     with csv_path.open("w", newline="", encoding="utf-8") as f:
@@ -44,6 +45,5 @@ def write_explained(explanation: Explanation, settings: dict[str, str], model: M
     paths = write_outputs(explanation, out)
     paths += write_explain_report(explanation, out, model)
     path = out / "findings.json"
-    path.write_text(json.dumps([dataclasses.asdict(f) for f in explanation.findings], indent=1, default=str),
-                    encoding="utf-8")
+    documents.write_document(path, [dataclasses.asdict(f) for f in explanation.findings], "findings", "findings.json")
     return [*paths, path]

@@ -7,7 +7,6 @@ prediction.json holds.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -16,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from pygpuperf.core import documents  # noqa: E402
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED  # noqa: E402
 from pygpuperf.predict import Prediction, prediction_documents, samples_per_eur  # noqa: E402
 from pygpuperf.report import html as report_html  # noqa: E402
@@ -112,7 +112,7 @@ def write_prediction_report(predictions: Sequence[Prediction], prices: dict[str,
     page's section, for a report that shows it too. The chart is drawn once."""
     out = Path(out)
     data = out / "prediction.json"
-    data.write_text(json.dumps(prediction_documents(predictions, prices), indent=1) + "\n", encoding="utf-8")
+    documents.write_document(data, prediction_documents(predictions, prices), "prediction", "prediction.json")
     with chart_style("prediction"):
         written = save_figure(prediction_figure(predictions), out / "prediction.png", out / "prediction.svg")
     section = prediction_section_html(predictions, prices,
