@@ -28,6 +28,29 @@ _BENIGN_CLOCK_REASONS = ("idle", "application_clock_setting")
 _WORKLOAD_PRECISION = {"fp16-amp": "fp16.acc32", "bf16-amp": "bf16.acc32", "tf32": "tf32.acc32"}
 
 
+# verify_detail of a figure the physics guard took out of the machine model.
+PHYSICS_GUARD = "physics guard: "
+# Families whose figures set ceilings; a guard without a peak for one says so.
+_CEILING_FAMILIES = ("compute", "memory", "transfer", "collective")
+
+
+def guard_physics(measurements: Sequence[Measurement], device_meta: dict[str, Any]) -> list[str]:
+    """Mark every figure above its theoretical peak as failed (in place), so that it never becomes a
+    ceiling; returns the ceiling-setting names no peak is known for (the guard cannot check them)."""
+    unchecked: set[str] = set()
+    for m in measurements:
+        if m.status != "ok" or not math.isfinite(m.value) or m.name.split(".")[0] not in _CEILING_FAMILIES:
+            continue
+        peak = peaks.theoretical_peak(m.name, device_meta, m.params)
+        if peak is None:
+            unchecked.add(m.name)
+        elif m.value > peak.value * peaks.PEAK_MARGIN and m.verified:
+            m.verified = False
+            m.verify_detail = (f"{PHYSICS_GUARD}{m.value:,.4g} {m.unit} is above the theoretical peak "
+                               f"{peak.value:,.4g} {peak.unit} ({peak.source})")
+    return sorted(unchecked)
+
+
 def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -> list[Finding]:
     findings: list[Finding] = []
     by_name: dict[str, list[Measurement]] = defaultdict(list)
@@ -40,17 +63,18 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                                     "Re-run with --probes " + m.name + " to reproduce; report it if it persists."))
             continue
         # A figure derived from sweep points is wrong only because a point was: that point says so.
-        if m.status == "ok" and not m.verified and hierarchy.DERIVED_FROM not in m.params:
+        if (m.status == "ok" and not m.verified and hierarchy.DERIVED_FROM not in m.params
+                and not m.verify_detail.startswith(PHYSICS_GUARD)):  # the peak finding below names those
             findings.append(Finding("error", f"The {m.name} probe computed a wrong result on {m.backend}, "
                                     "so its figure is not used.",
                                     {"probe": m.name, "detail": m.verify_detail},
                                     "Treat the device or the build as suspect; run the GPU tests."))
         if m.status != "ok" or not math.isfinite(m.value):
             continue
-        peak = peaks.theoretical_peak(m.name, device_meta)
+        peak = peaks.theoretical_peak(m.name, device_meta, m.params)
         if peak is not None and m.value > peak.value * peaks.PEAK_MARGIN:
             findings.append(Finding("error", f"{m.name} measured above its theoretical peak, which means a probe bug, "
-                                    "not a fast card.",
+                                    "not a fast card; it sets no ceiling.",
                                     {"measured": m.value, "peak": peak.value, "unit": m.unit, "peak_source": peak.source,
                                      "backend": m.backend},
                                     "Do not trust this figure; check the probe's byte or FLOP accounting."))
@@ -266,6 +290,7 @@ def conclude(results: Results, device: str) -> None:
     meta = results.meta["device"]
     results.measurements += hierarchy.derive_cache_measurements(results.measurements, meta)
     annotate_rates_per_clock(results.measurements, meta)
+    unchecked = guard_physics(results.measurements, meta)
     results.machine_model = build_machine_model(device, results.measurements)
     results.machine_model.fill_capacity(meta)
     results.findings = (findings_for(results.measurements, meta) + hierarchy_findings(results.measurements, meta)
@@ -273,6 +298,13 @@ def conclude(results: Results, device: str) -> None:
                         + intensity_sweep_findings(results.measurements, results.machine_model)
                         + diagnostics.datasheet_findings(results.measurements, results.machine_model, meta)
                         + transfers.transfer_findings(results.measurements, results.meta.get("links")))
+    if unchecked:
+        families = sorted({".".join(n.split(".")[:2]) for n in unchecked})
+        results.findings.append(Finding(
+            "info", f"No theoretical peak is known here for {len(unchecked)} figure(s) ({', '.join(families)}), so "
+            "the physics guard could not check them against one.",
+            {"unchecked": unchecked[:40]},
+            "Nothing to do; where the device reports its clocks, bus width and links, the guard checks them."))
     missing = results.meta.get("extension", {}).get("error")
     if missing:
         results.findings.insert(0, Finding(

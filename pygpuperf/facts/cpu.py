@@ -69,3 +69,25 @@ def _cpu_count(cpu_list: str) -> int:
         lo, _, hi = part.partition("-")
         count += int(hi) - int(lo) + 1 if hi else 1
     return count
+
+
+def cpu_simd_facts(cpuinfo: Path = Path("/proc/cpuinfo"),
+                   cpufreq: Path = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")) -> dict[str, int]:
+    """The widest SIMD the CPU reports (simd_bits: 512 with AVX-512, 256 with AVX, 128 with SSE/NEON) and
+    its maximum clock (cpu_clock_max_mhz, from cpufreq; absent in many VMs, and then no peak is known)."""
+    facts: dict[str, int] = {}
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith(("flags", "Features"))), [])
+    for flag, bits in (("avx512f", 512), ("avx", 256), ("sse2", 128), ("asimd", 128)):
+        if flag in flags:
+            facts["simd_bits"] = bits
+            break
+    try:
+        facts["cpu_clock_max_mhz"] = int(cpufreq.read_text().strip()) // 1000  # kHz
+    except (OSError, ValueError):
+        pass
+    return facts

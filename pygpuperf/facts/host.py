@@ -29,6 +29,7 @@ def device_facts(device: torch.device) -> dict[str, Any]:
         facts.update(name=cpu.cpu_model() or "cpu", cores=os.cpu_count(), memory_bytes=cpu.host_memory_bytes(),
                      threads=torch.get_num_threads())
         facts.update(cpu.cpu_cache_facts())  # the sizes the sweep's knees are checked against
+        facts.update(cpu.cpu_simd_facts())  # the physics guard's limit on SIMD figures
     else:
         facts.update(name=device_name(device))
     return facts

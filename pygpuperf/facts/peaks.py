@@ -60,9 +60,25 @@ def arch_key(device_meta: dict[str, Any]) -> str | None:
     return device_meta.get("compute_capability")
 
 
-def theoretical_peak(measurement_name: str, device_meta: dict[str, Any]) -> Peak | None:
-    """Upper bound from the device's own facts (clocks, bus width, SMs), or None if unknown."""
+# A library GEMM's figure is bounded by the instruction rate of the precision it runs in.
+_LIBRARY_UNIT = {"fp16": "tensor.fp16", "fp16acc16": "tensor.fp16", "bf16": "tensor.bf16", "tf32": "tensor.tf32",
+                 "fp8": "tensor.fp8", "int8": "tensor.int8", "fp32": "cuda.fp32"}
+
+
+def theoretical_peak(measurement_name: str, device_meta: dict[str, Any],
+                     params: dict[str, Any] | None = None) -> Peak | None:
+    """Upper bound from the device's own facts (clocks, bus width, SMs, PCIe link; on a CPU its cores,
+    SIMD width and maximum clock), or None if unknown. `params` tell a sweep point's level."""
     parts = measurement_name.split(".")
+    if parts[:3] == ["memory", "size", "sweep"] and (params or {}).get("level") == "hbm":
+        return theoretical_peak("memory.hbm", device_meta)
+    if parts[:2] == ["compute", "library"] and len(parts) >= 3 and parts[2] in _LIBRARY_UNIT:
+        return theoretical_peak(f"compute.{_LIBRARY_UNIT[parts[2]]}", device_meta)
+    if parts[:2] == ["compute", "simd"] and len(parts) >= 3:
+        return _cpu_peak(parts[2], device_meta)
+    if parts[:2] == ["transfer", "bidir"]:
+        one_way = theoretical_peak("transfer.h2d", device_meta)
+        return Peak(2 * one_way.value, one_way.unit, one_way.source + ", both directions") if one_way else None
     if parts[:2] == ["memory", "hbm"]:
         mhz, bits = device_meta.get("mem_clock_max_mhz"), device_meta.get("memory_bus_width_bits")
         if mhz and bits:
@@ -84,3 +100,16 @@ def theoretical_peak(measurement_name: str, device_meta: dict[str, Any]) -> Peak
         if rate:
             return Peak(rate, "GB/s", f"PCIe gen {gen} x{width}")
     return None
+
+
+def _cpu_peak(dtype: str, device_meta: dict[str, Any]) -> Peak | None:
+    """cores x FLOP per cycle per core x maximum clock, with two FMA pipes of the widest SIMD the CPU
+    reports: an upper limit whatever the core's real pipe count."""
+    cores, mhz = device_meta.get("cores"), device_meta.get("cpu_clock_max_mhz")
+    lanes_bits = device_meta.get("simd_bits")
+    if not (cores and mhz and lanes_bits) or dtype not in ("fp32", "fp64"):
+        return None
+    lanes = lanes_bits // (32 if dtype == "fp32" else 64)
+    per_cycle = 2 * 2 * lanes  # two FMA pipes x 2 FLOP x lanes
+    return Peak(cores * per_cycle * mhz * 1e6 / 1e12, "TFLOP/s",
+                f"{cores} cores x {per_cycle} FLOP/cycle ({lanes_bits}-bit SIMD, two FMA pipes) x {mhz:.0f} MHz")
