@@ -31,3 +31,19 @@ def test_every_median_and_check_shows_in_full(h200, width):
         assert f" {format_number(row.value)} " in line, (row.name, line)  # never "0.…" or "4,6…"
         assert row.check in line, (row.name, line)
     assert ("datasheet" in lines[2]) == (width >= NARROW_WIDTH)  # only wide tables have room for it
+
+
+def test_best_of_counts_only_verified_variants_and_says_how_many_failed():
+    from pygpuperf.core.results import Measurement, Results
+    from pygpuperf.report.table import summary_rows
+
+    def variant(name, gbs, verified):
+        return Measurement.from_samples("memory.hbm.copy", sample_seconds=[1e-3] * 5, bytes_read=gbs * 1e6,
+                                        bytes_written=0, flops=0, backend="native-cuda", device="cuda:0",
+                                        verified=verified, params={"variant": name})
+
+    results = Results(meta={"device": {"name": "synthetic"}},
+                      measurements=[variant("a", 4000, True), variant("b", 4100, True), variant("c", 9000, False)])
+    row, = summary_rows(results)
+    assert row.value == pytest.approx(4100) and row.check == "verified"
+    assert "best of 2 verified: b (1 failed)" in row.note

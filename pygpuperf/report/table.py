@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -61,14 +62,17 @@ def summary_rows(results: Results) -> list[SummaryRow]:
     """The rows of the terminal table and the HTML page, as data: family, name, backend order."""
     card = datasheets.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
     listed = [m for m in results.measurements if not is_series_point(m.name)]  # sweep points are a series
+    failed = Counter((m.name, m.backend) for m in listed if not m.usable and m.status != "waived")
     rows = []
     for m, variants in sorted(best_per_backend(listed), key=lambda r: (r[0].name.split(".")[0], r[0].name,
                                                                        r[0].backend)):
         sheet = datasheets.datasheet_value(card, m.name)
         ran = m.status == "ok"
         notes = [m.reason] if m.reason else []
-        if variants > 1:
-            notes.append(f"best of {variants}: {_variant_label(m)}".rstrip(": "))
+        bad = failed[(m.name, m.backend)]
+        if variants - bad > 1 or (bad and m.usable):  # "best of" counts the verified variants only
+            notes.append(f"best of {variants - bad} verified: {_variant_label(m)}".rstrip(": ")
+                         + (f" ({bad} failed)" if bad else ""))
         if m.params.get("derived_from"):
             notes.append(_derived_note(m))
         percent = 100 * m.value / sheet if sheet and m.usable else None
