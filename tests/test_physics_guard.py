@@ -70,3 +70,9 @@ def test_a_cpu_simd_figure_is_held_to_cores_x_simd_width_x_clock(tmp_path):
     assert peaks.theoretical_peak("compute.simd.fp64", meta).value == pytest.approx(4 * 32 * 3e9 / 1e12)
     assert peaks.theoretical_peak("compute.simd.fp32", {"cores": 4, "simd_bits": 512}) is None  # no clock: unknown
     assert cpu.cpu_simd_facts(info, tmp_path / "absent") == {"simd_bits": 512}
+
+
+def test_a_host_link_faster_than_pcie_is_held_to_its_datasheet_figure():
+    gh200 = {"name": "NVIDIA GH200 480GB", "pcie_generation_max": 5, "pcie_width_max": 16}
+    assert peaks.theoretical_peak("transfer.h2d.pinned", gh200).value == pytest.approx(450.0)
+    assert peaks.theoretical_peak("transfer.h2d.pinned", H200).value == pytest.approx(63.0, rel=1e-2)  # PCIe

@@ -46,9 +46,24 @@ def validate_datasheets(doc: Any, origin: str = "datasheets.json") -> None:
                                          "which the sources table does not list")
         for prefix in card["match"]:
             for other, owner in prefixes.items():
-                if owner != key and (prefix.startswith(other) or other.startswith(prefix)):
+                if owner != key and _overlap(prefix, other):
                     raise DatasheetError(f"{origin}: match prefix {prefix!r} of {key} overlaps {other!r} of {owner}")
             prefixes[prefix] = key
+
+
+def _matches(device_name: str, pattern: str) -> bool:
+    """A match entry is a name prefix, or with a trailing '$' the exact name (the L4 is a prefix of the L40S)."""
+    return device_name == pattern[:-1] if pattern.endswith("$") else device_name.startswith(pattern)
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether some device name would match both entries."""
+    if a.endswith("$") and b.endswith("$"):
+        return a == b
+    if a.endswith("$") or b.endswith("$"):
+        exact, prefix = (a, b) if a.endswith("$") else (b, a)
+        return _matches(exact[:-1], prefix)
+    return a.startswith(b) or b.startswith(a)
 
 
 def parse_datasheets(text: str, origin: str = "datasheets.json") -> dict[str, Any]:
@@ -81,8 +96,8 @@ def _datasheets() -> list[dict[str, Any]]:
 def datasheet_for(device_name: str) -> dict[str, Any] | None:
     """The datasheet entry whose match list names this device, or None for an unknown card."""
     for card in _datasheets():
-        if any(device_name.startswith(m) for m in card["match"]) and not any(
-                device_name.startswith(x) for x in card.get("exclude", ())):
+        if any(_matches(device_name, m) for m in card["match"]) and not any(
+                _matches(device_name, x) for x in card.get("exclude", ())):
             return card
     return None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pygpuperf.facts.datasheets import datasheet_fact, datasheet_for
+from pygpuperf.facts.datasheets import datasheet_fact, datasheet_for, datasheet_value
 from pygpuperf.facts.links import pcie_gbps
 
 # A figure this far above its peak is above it, not rounding.
@@ -97,6 +97,10 @@ def theoretical_peak(measurement_name: str, device_meta: dict[str, Any],
     if parts[0] == "transfer" and len(parts) >= 2 and parts[1] in ("h2d", "d2h"):
         gen, width = device_meta.get("pcie_generation_max"), device_meta.get("pcie_width_max")
         rate = pcie_gbps(gen, width) if gen and width else None
+        # A host link that is not PCIe (a superchip's chip-to-chip link) is faster than the PCIe NVML reports.
+        host_link = datasheet_value(datasheet_for(str(device_meta.get("name", ""))), f"transfer.{parts[1]}.pinned")
+        if rate and host_link and host_link > rate * PEAK_MARGIN:
+            return Peak(host_link, "GB/s", "the datasheet's host link, faster than the PCIe link")
         if rate:
             return Peak(rate, "GB/s", f"PCIe gen {gen} x{width}")
     return None
