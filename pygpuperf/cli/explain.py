@@ -25,7 +25,7 @@ from pygpuperf.core import documents
 from pygpuperf.core import validation
 from pygpuperf.facts.device import device_slug, resolve_device
 from pygpuperf.core.errors import UsageError
-from pygpuperf.explain import batch, compare, explainer
+from pygpuperf.explain import batch, compare, explainer, fixes
 from pygpuperf.core.results import MachineModel
 from pygpuperf.workloads.knobs import AMP, COMPILE, CUDA_GRAPHS, CUDNN_BENCHMARK, FP16_ACCUMULATION, MEMORY_FORMAT, TF32
 from pygpuperf.report import explained
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--" + spec.name.replace("_", "-"), dest=spec.name, metavar="|".join(spec.choices) or
                        ("on|off" if spec.kind == "bool" else "VALUE"), help=spec.help)
     _add_comparison_flags(p)
+    p.add_argument("--try-fixes", nargs="?", const="all", metavar="FIX,FIX,...",
+                   help="after explaining, apply each fix the tool can apply (" + ", ".join(fixes.FIX_NAMES) +
+                   "; default all), time it without the profiler and report it beside the kernel model's prediction")
     return p
 
 
@@ -106,11 +109,54 @@ def run(argv: list[str] | None = None) -> int:
         built = _build_with(args.target, device, args.batch_size, knobs)
         with built:
             explanation = explainer.explain_built(built, model, device, steps=args.steps)
+        if args.try_fixes:
+            explanation.fixes = fixes.try_fixes(explanation, model, _fix_target(args, device, knobs, built), device,
+                                                only=_fix_names(args.try_fixes))
         paths = explained.write_explained(explanation, dict(built.params), model, folder.path, echo=_echo(args))
     if args.json:
         sys.stdout.write(paths[0].read_text(encoding="utf-8") + "\n")
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return _exit_code(explanation.findings)
+
+
+def _fix_names(text: str) -> list[str] | None:
+    if text == "all":
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(fixes.FIX_NAMES))
+    if unknown:
+        raise UsageError(f"--try-fixes {text}: no fix {', '.join(unknown)}; the fixes: {', '.join(fixes.FIX_NAMES)}")
+    return names
+
+
+def _user_keywords(target: str) -> set[str] | None:
+    """The keywords make_step accepts (None: any, it takes **kwargs)."""
+    import inspect
+
+    from pygpuperf.workloads import user
+
+    source = user.parse_step_spec(target)
+    function = getattr(user._import_file(source.path), source.function)
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters}
+
+
+def _fix_target(args: argparse.Namespace, device: torch.device, knobs: dict[str, str], built) -> fixes.Target:
+    """How --try-fixes rebuilds the step with a fix."""
+    batch = args.batch_size or int(getattr(built, "samples_per_step", 0) or 0) or None
+    build = lambda size, given: _build_with(args.target, device, size, dict(given))  # noqa: E731
+    if _is_user_code(args.target):
+        accepted = _user_keywords(args.target)
+        user_build = lambda size, given: _build_with(  # noqa: E731
+            args.target, device, size, {k: v for k, v in given.items() if k not in ("tf32", "cudnn_benchmark",
+                                                                                   "fp16_accumulation")})
+        return fixes.Target(user_build, lambda k: accepted is None or k in accepted, batch, dict(knobs), True)
+    from pygpuperf.workloads import get_workload
+
+    names = {spec.name for spec in get_workload(args.target).knob_specs()}
+    return fixes.Target(build, lambda k: k in names, batch, dict(knobs), False)
 
 
 def _echo(args: argparse.Namespace):

@@ -301,6 +301,34 @@ def _kernel_part(record: KernelRecord, model: MachineModel, shares: Mapping[int,
     return _PART_OF_CLASS[record.kernel_class], work, min(fixed, duration - work)
 
 
+@dataclass(frozen=True)
+class KernelPart:
+    """One kernel's exclusive time split as the waterfall splits it (µs of the step)."""
+
+    part: str  # the waterfall part its time above the bound goes to
+    ideal_us: float
+    fixed_us: float
+    over_us: float  # time in `part`
+    timing: KernelTime | None  # the kernel-time model's price of it (None: no bound)
+
+
+def kernel_parts(records: Sequence[KernelRecord], model: MachineModel,
+                 calls: Sequence[CallAccesses] = ()) -> list[KernelPart]:
+    """Each record's share of the waterfall (:func:`waterfall` adds these up), parallel to `records`."""
+    shares = reuse_shares(calls, model)
+    terms = bound_terms(records, model)
+    out = []
+    for record, share in zip(records, exclusive_times(records)):
+        if record.duration_us <= 0:
+            out.append(KernelPart(PART_OTHER, 0.0, 0.0, 0.0, None))
+            continue
+        scale = share / record.duration_us
+        part, work, fixed = _kernel_part(record, model, shares, terms)
+        timing = kernel_timing(record, model, shares, terms)
+        out.append(KernelPart(part, work * scale, fixed * scale, (record.duration_us - work - fixed) * scale, timing))
+    return out
+
+
 def waterfall(records: Sequence[KernelRecord], timeline: Timeline, model: MachineModel,
               calls: Sequence[CallAccesses] = ()) -> Waterfall:
     """From the sum of roofline bounds to the measured step.

@@ -67,7 +67,8 @@ class KernelContext:
 _MATH_OPS = re.compile(
     r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|_scaled_mm|_int_mm|"
     r"conv\w*|_convolution\w*|cudnn_convolution\w*|convolution\w*|mkldnn_convolution|"
-    r"_scaled_dot_product\w*|scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*)$"
+    r"_scaled_dot_product\w*|scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*|"
+    r"_native_multi_head_attention|_cudnn_rnn\w*|mkldnn_rnn_layer\w*|lstm|gru|rnn_tanh|rnn_relu)$"
 )
 _CONV_OPS = re.compile(r"conv", re.I)
 # Ops that exist to change a tensor's memory layout; any copy they launch is a layout change.
@@ -311,6 +312,8 @@ RULES: tuple[Rule, ...] = (
     _rule(r"batch_norm|batchnorm|bn_fw|bn_bw|cudnn::bn_|layer_norm|layernorm|LayerNorm|group_norm|"
           r"rms_norm|RowwiseMoments|GammaBeta|ComputeFusedParams|ComputeGradientFusedParams|"
           r"ComputeInternalGradients|welford", _with_data(MEMORY_BOUND), flags=_I),
+    # cuDNN RNN pointwise passes (gate activations between the GEMMs, forward and backward).
+    _rule(r"(?:LSTM|GRU|RNN)_elementWise_[fb]p|elemWiseRNNcell", _with_data(MEMORY_BOUND), flags=_I),
     # Softmax, pooling, losses, embedding, indexing, scatter/gather, dropout, upsampling.
     _rule(r"softmax|max_pool|avg_pool|maxpool|avgpool|adaptive_|pool2d|pool3d|nll_loss|cross_entropy|"
           r"embedding|index|scatter|gather|dropout|upsample|interpolate|sort|topk|cumsum|"

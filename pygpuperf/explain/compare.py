@@ -80,6 +80,13 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
                        [CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))])
 
 
+def _with_fixes(explanation: Explanation, doc: Mapping[str, Any]) -> Explanation:
+    from pygpuperf.explain.fixes import trial_from_dict
+
+    explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
+    return explanation
+
+
 def load_explanation(path: str | Path) -> Explanation:
     """explain.json, or a folder holding one, as an :class:`Explanation` (validated against
     data/explain.schema.json; :class:`pygpuperf.core.documents.ResultsFileError` says why not)."""
@@ -88,7 +95,8 @@ def load_explanation(path: str | Path) -> Explanation:
     path = Path(path)
     if path.is_dir():
         path = path / "explain.json"
-    return explanation_from_json(documents.load_document(path, "explain", "explain.json"))
+    doc = documents.load_document(path, "explain", "explain.json")
+    return _with_fixes(explanation_from_json(doc), doc)
 
 
 # --------------------------------------------------------------------------- comparison

@@ -89,6 +89,7 @@ ELEMENTWISE_FLOPS: dict[str, float] = {
     "gelu": 5.0,  # erf form: x/sqrt2, erf, +1, *x, *0.5 (the tanh form: GELU_TANH_FLOPS)
     "gelu_backward": 11.0,  # Phi(x) (4) + x * phi(x) (5: square, scale, exp, scale, multiply), add, * g
     "native_dropout_backward": 2.0,  # g * mask * scale
+    "xlogy": 3.0, "special_xlogy": 3.0,  # x * log(y), 0 where x == 0: log, multiply, select
 }
 GELU_TANH_FLOPS = 9.0  # x^3 (2), *0.044715, +x, *sqrt(2/pi), tanh, +1, *x, *0.5
 GELU_TANH_BACKWARD_FLOPS = 18.0  # inner polynomial (5), tanh, its derivative (3), 1 - t^2 (2), 5 products/sums, * g
@@ -138,7 +139,7 @@ _NO_DATA = {
     "_reshape_alias", "transpose", "t", "permute", "expand", "expand_as", "as_strided", "as_strided_", "slice",
     "select", "unsqueeze", "squeeze", "flatten", "unflatten", "narrow", "split", "split_with_sizes", "chunk",
     "unbind", "detach", "detach_", "alias", "view_as", "resize_", "set_", "lift_fresh", "movedim", "diagonal",
-    "unfold", "real", "imag", "resolve_conj", "resolve_neg", "record_stream", "size", "stride", "numel", "dim",
+    "unfold", "real", "imag", "broadcast_tensors", "resolve_conj", "resolve_neg", "record_stream", "size", "stride", "numel", "dim",
 }
 
 
@@ -1114,6 +1115,214 @@ def _unscale(call: _Call) -> _Rule:
                  f"{UNSCALE_FLOPS:g} FLOP per gradient element (unscale, finiteness test)")
 
 
+
+# Recurrent nets, embedding bags, more losses, indexing and the AMP scaler -------------
+
+RNN_GATE_FLOPS = 6.0  # per gate element and position: two bias adds, the activation (sigmoid ~4), the combine
+BCE_FLOPS = 6.0  # -(y log x + (1 - y) log(1 - x)): two logs, a subtract, two products, a sum
+SMOOTH_L1_FLOPS = 5.0  # subtract, abs, compare with beta, square-and-scale or shift, select
+_RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # cuDNN/oneDNN mode (RNN_RELU, RNN_TANH, LSTM, GRU) -> gates per hidden unit
+_RNN_OP_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+# Argument positions by op: (input, weight list or first weight, hidden size source)
+_RNN_LAYOUT = {
+    "_cudnn_rnn": (0, (1,)), "_cudnn_rnn_backward": (0, (1,)),
+    "lstm": (0, (2,)), "gru": (0, (2,)), "rnn_tanh": (0, (2,)), "rnn_relu": (0, (2,)),
+    "mkldnn_rnn_layer": (0, (1, 2)), "mkldnn_rnn_layer_backward": (0, (1, 2)),
+}
+
+
+def _rnn_weights(call: _Call) -> list[list[int]]:
+    """The 2-D weight matrices of a recurrent op ([gates x hidden, in] each), as recorded."""
+    _, positions = _RNN_LAYOUT[call.op]
+    mats: list[list[int]] = []
+    for i in positions:
+        arg = call.tensor(i)
+        if arg is not None:
+            mats += [list(s) for s in arg.shapes if len(s) == 2]
+    return mats
+
+
+def _rnn_hidden(call: _Call) -> int:
+    h = call.value("hidden_size", None)
+    if h:
+        return int(h)
+    hx = call.tensor(1)  # lstm/gru/rnn_*: hx (a tensor, or the (h, c) list)
+    return int(hx.shapes[0][-1]) if hx is not None and hx.shapes and hx.shapes[0] else 0
+
+
+def _rnn_weights_from_sizes(call: _Call, features: int) -> list[list[int]]:
+    """The weight matrices from hidden size, layers, directions and mode, where the lists were not recorded."""
+    hidden = _rnn_hidden(call)
+    gates = _RNN_OP_GATES.get(call.op) or _RNN_GATES.get(int(call.value("mode", None, 2) or 2), 4)
+    layers = 1 if call.op.startswith("mkldnn") else int(call.value("num_layers", None, 1) or 1)
+    dirs = 1 if call.op.startswith("mkldnn") else (2 if call.value("bidirectional", None, False) else 1)
+    if not hidden:
+        raise ValueError("no hidden size")
+    mats = []
+    for layer in range(layers):
+        inputs = features if layer == 0 else hidden * dirs
+        mats += [[gates * hidden, inputs], [gates * hidden, hidden]] * dirs
+    return mats
+
+
+def _rnn(call: _Call) -> _Rule:
+    """cuDNN/oneDNN/ATen RNN, LSTM and GRU, forward or backward, over all layers and directions: each
+    (time step, sequence) position multiplies every weight matrix once (2 FLOPs per weight element),
+    and its gates' elementwise math; backward does the GEMMs twice (data and weight gradients)."""
+    backward = call.op.endswith("_backward")
+    x = call.tensor(0)
+    features = x.shape[-1] if x is not None and x.shape else 0
+    positions = x.numel // features if features else 0  # time steps x batch (packed: total tokens)
+    mats = _rnn_weights(call) or _rnn_weights_from_sizes(call, features)
+    weight_elements = sum(_numel(m) for m in mats)
+    gate_elements = sum(m[0] for m in mats) / 2  # input and hidden matrices share each layer's gates
+    gemm = 2.0 * positions * weight_elements
+    flops = (2 if backward else 1) * (gemm + RNN_GATE_FLOPS * positions * gate_elements)
+    item = x.item if x is not None else 4
+    hidden = _rnn_hidden(call) or (mats[1][1] if len(mats) > 1 else 0)  # w_hh is [gates x hidden, hidden]
+    dirs = 2 if call.value("bidirectional", None, False) and not call.op.startswith("mkldnn") else 1
+    if backward:
+        outputs = [_Arg([list(x.shape)], item), _Arg([[weight_elements]], item)]  # grad_input, grad weights
+        note = "2 x (2 FLOPs per weight element per position + gates), as data and weight gradients"
+    else:
+        out = list(x.shape[:-1]) + [hidden * dirs]
+        outputs = [_Arg([out], item)]
+        if bool(call.value("train", None, True)):
+            outputs.append(_Arg([[int(positions * gate_elements)]], item))  # gate activations kept for backward
+        note = (f"2 FLOPs per weight element per position + {RNN_GATE_FLOPS:g} per gate element "
+                "(all layers and directions)")
+    return _Rule(flops, outputs, note, bytes_note="inputs, weights and states read once; outputs (and the gate "
+                 "activations kept for backward) written once")
+
+
+def _embedding_bag(call: _Call) -> _Rule:
+    weight, indices, offsets = call.tensor(0), call.tensor(1), call.tensor(2)
+    bags = max(1, offsets.numel) if offsets is not None and offsets.shape else (indices.shape[0] if indices else 1)
+    if indices is not None and len(indices.shape) == 2:
+        bags = indices.shape[0]
+    dim = weight.shape[-1]
+    looked_up = indices.numel if indices else 0
+    read = (indices.nbytes if indices else 0) + (offsets.nbytes if offsets is not None else 0) + \
+        looked_up * dim * weight.item
+    return _Rule(float(looked_up * dim), [_Arg([[bags, dim]], weight.item)], "1 FLOP (an accumulate) per gathered element",
+                 read_bytes=read, bytes_note="indices, offsets and the gathered rows read once, output written once")
+
+
+def _embedding_bag_backward(call: _Call) -> _Rule:
+    grad, indices = call.tensor(0), call.tensor(1)
+    rows = int(call.value("num_weights", None, 0) or 0)
+    dim = grad.shape[-1]
+    return _Rule(float((indices.numel if indices else 0) * dim), [_Arg([[rows, dim]], grad.item)],
+                 "1 FLOP (an accumulate) per scattered element")
+
+
+def _bce(call: _Call) -> _Rule:
+    backward = call.op.endswith("_backward")
+    x = call.tensor(1 if backward else 0)
+    reduced = int(call.value("reduction", None, 1)) != 0
+    out = [x.shape] if backward or not reduced else [[]]
+    per = BCE_FLOPS
+    return _Rule(per * x.numel, [_Arg(out, x.item)], f"{per:g} FLOP per element")
+
+
+def _smooth_loss(call: _Call) -> _Rule:
+    """smooth_l1 and huber: subtract, abs, compare, square or shift, scale."""
+    backward = call.op.endswith("_backward")
+    x = call.tensor(1 if backward else 0)
+    reduced = int(call.value("reduction", None, 1)) != 0
+    out = [x.shape] if backward or not reduced else [[]]
+    return _Rule(SMOOTH_L1_FLOPS * x.numel, [_Arg(out, x.item)], f"{SMOOTH_L1_FLOPS:g} FLOP per element")
+
+
+def _scatter_into(call: _Call) -> _Rule:
+    """select_backward, slice_backward: a zero-filled gradient of the input's size with grad_output copied in."""
+    grad = call.tensor(0)
+    size = [int(d) for d in call.value("input_sizes", 1, [])] or grad.shape
+    return _Rule(0.0, [_Arg([size], grad.item)], "0 FLOPs (zero fill and copy)",
+                 bytes_note="grad_output read once; the input-sized gradient written once")
+
+
+def _index(call: _Call) -> _Rule:
+    """x[indices]: the gathered elements and the indices read, the result written."""
+    x, idx = call.tensor(0), call.tensor(1)
+    shapes = idx.shapes if idx is not None else []
+    gathered = (_numel(shapes[0]) if shapes else 0) * _numel(x.shape[len(shapes):]) if x is not None else 0
+    read = gathered * x.item + (idx.nbytes if idx is not None else 0)
+    return _Rule(0.0, [_Arg([[gathered]], x.item)], "0 FLOPs (gather)", read_bytes=read,
+                 bytes_note="indices and the gathered elements read once, output written once")
+
+
+def _index_put(call: _Call) -> _Rule:
+    """x[indices] = values (or += with accumulate): values and indices read, the addressed elements written."""
+    values = call.tensor(2)
+    n = values.numel if values is not None else 0
+    accumulate = bool(call.value("accumulate", 3, False))
+    item = call.tensor(0).item
+    idx = call.tensor(1)
+    read = (values.nbytes if values is not None else 0) + (idx.nbytes if idx is not None else 0) + (n * item if accumulate else 0)
+    return _Rule(float(n) if accumulate else 0.0, [_Arg([[n]], item)], "1 FLOP per accumulated element",
+                 read_bytes=read, bytes_note="values and indices (and, accumulating, the addressed elements) read "
+                 "once; the addressed elements written once")
+
+
+def _index_add(call: _Call) -> _Rule:
+    """index_add_ / scatter_add_ / scatter_: the source's elements accumulated (or written) into self."""
+    src = call.tensor(3) if call.op != "scatter" else None
+    idx = call.tensor(2)
+    n = src.numel if src is not None else (idx.numel if idx is not None else 0)
+    item = call.tensor(0).item
+    accumulate = call.op in ("index_add_", "scatter_add_", "index_add", "scatter_add")
+    read = (src.nbytes if src is not None else 0) + (idx.nbytes if idx is not None else 0) + (n * item if accumulate else 0)
+    return _Rule(float(n) if accumulate else 0.0, [_Arg([[n]], item)], "1 FLOP per accumulated element",
+                 read_bytes=read, bytes_note="source and index (and the addressed elements) read once; the addressed "
+                 "elements written once")
+
+
+def _sort(call: _Call) -> _Rule:
+    x = call.tensor(0)
+    dim = int(call.value("dim", 1, -1))
+    n = x.shape[dim % len(x.shape)] if x.shape else 1
+    per = max(1.0, math.log2(max(n, 2)))
+    return _Rule(per * x.numel, [_Arg([x.shape], x.item), _Arg([x.shape], _INDEX)],
+                 "log2(n) compares per element (a comparison sort)")
+
+
+def _arange(call: _Call) -> _Rule:
+    end = call.value("end", 0, None)
+    positional = [v for v in call.positional if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    start, stop, step = (0, end, 1) if call.value("start", None) is None else \
+        (call.value("start"), call.value("end"), call.value("step", None, 1))
+    if stop is None and positional:
+        stop = positional[0]
+    n = max(0, math.ceil((float(stop or 0) - float(start or 0)) / float(step or 1)))
+    item = _dtype_item(call.value("dtype", None), 8)
+    return _Rule(float(n), [_Arg([[n]], item)], "1 FLOP per element (start + i x step)",
+                 bytes_note="output written once, nothing read")
+
+
+def _amp_update_scale(call: _Call) -> _Rule:
+    return _Rule(4.0, [_Arg([[]], 4), _Arg([[]], 4)], "a few FLOPs on the scale and its growth tracker")
+
+
+def _native_mha(call: _Call) -> _Rule:
+    """nn.MultiheadAttention's fused path: QKV projection, attention, output projection."""
+    q, k = call.shape(0), call.shape(1)
+    embed = int(call.value("embed_dim", 3, q[-1]))
+    heads = int(call.value("num_head", 4, 1)) or 1
+    tokens, keys = _numel(q[:-1]), _numel(k[:-1])
+    batch = q[0] if len(q) == 3 else 1
+    seq_q, seq_k = tokens // max(1, batch), keys // max(1, batch)
+    proj = 2 * tokens * embed * embed + 2 * 2 * keys * embed * embed + 2 * tokens * embed * embed
+    attention = 4 * batch * heads * seq_q * seq_k * (embed // heads) + SOFTMAX_FLOPS * batch * heads * seq_q * seq_k
+    return _Rule(float(proj + attention), [_Arg([q], call.tensor(0).item)],
+                 "QKV and output projections (2 per weight element per token) + 2 attention GEMMs + softmax")
+
+
+def _transform_qkv(call: _Call) -> _Rule:
+    qkv = call.tensor(0)
+    return _Rule(2.0 * qkv.numel, [_Arg([qkv.shape], qkv.item)], "2 FLOPs per element (bias add, scale)")
+
+
 _HANDLERS: dict[str, Callable[[_Call], _Rule]] = {
     "mm": _mm, "addmm": _addmm, "_addmm_activation": _addmm, "bmm": _bmm, "baddbmm": _baddbmm,
     "_scaled_mm": _scaled_mm, "matmul": _matmul, "linear": _linear,
@@ -1163,8 +1372,18 @@ _HANDLERS: dict[str, Callable[[_Call], _Rule]] = {
     "cat": _cat, "stack": _cat, "constant_pad_nd": _constant_pad, "index_select": _index_select, "gather": _gather,
     "native_dropout": _elementwise,
     "_fused_adam_": _fused_adam, "_fused_adamw_": _fused_adam, "_fused_sgd_": _fused_sgd,
-    "_amp_foreach_non_finite_check_and_unscale_": _unscale,
+    "_amp_foreach_non_finite_check_and_unscale_": _unscale, "_amp_update_scale_": _amp_update_scale,
+    **dict.fromkeys(_RNN_LAYOUT, _rnn),
+    **dict.fromkeys(("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"), _embedding_bag),
+    **dict.fromkeys(("_embedding_bag_backward", "_embedding_bag_dense_backward"), _embedding_bag_backward),
+    **dict.fromkeys(("binary_cross_entropy", "binary_cross_entropy_backward"), _bce),
+    **dict.fromkeys(("smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward"), _smooth_loss),
+    **dict.fromkeys(("select_backward", "slice_backward"), _scatter_into),
+    "index": _index, **dict.fromkeys(("index_put_", "_index_put_impl_", "index_put"), _index_put),
+    **dict.fromkeys(("index_add_", "index_add", "scatter_add_", "scatter_add", "scatter", "scatter_"), _index_add),
+    "sort": _sort, "arange": _arange,
+    "_native_multi_head_attention": _native_mha, "_transform_bias_rescale_qkv": _transform_qkv,
 }
 
 _MATH_HANDLERS = {_mm, _addmm, _bmm, _baddbmm, _scaled_mm, _matmul, _linear, _convolution, _convolution_backward,
-                  _sdpa, _flash_efficient}
+                  _sdpa, _flash_efficient, _rnn, _native_mha}

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from typing import Any, Callable, Mapping, Sequence
 
 from pygpuperf.analyze.conclude import HALF_RATE_RATIO
-from pygpuperf.explain import words
+from pygpuperf.explain import causes, words
 from pygpuperf.explain.attribution import category_times, exclusive_times
 from pygpuperf.explain.model import ExplainedStep, Explanation, fitting_batch
 from pygpuperf.explain.model import VECTOR_MATH, LAYOUT, MEMORY_BOUND, TENSOR_GEMM, KernelRecord, Timeline
@@ -106,7 +106,7 @@ def _layout(records: Sequence[KernelRecord], shares: Sequence[float], times: Map
     if not _has_convolutions(records):
         # No convolution, so no NCHW<->NHWC: the copies are of permuted or sliced views (attention heads, say).
         what = "Layout copies (.contiguous() of permuted or sliced tensors)"
-        suggestion = (f"The step has no convolutions, so channels_last does nothing for these copies; they come from "
+        suggestion = (f"The step has no convolutions, so these are no image-layout transposes; they come from "
                       f"{', '.join(ops)}. Keep tensors in the layout the next op reads (e.g. scaled_dot_product_attention "
                       "on [batch, heads, tokens, dim] views), or torch.compile the model to fuse the copies away.")
     elif fmt == "channels_last":
@@ -268,7 +268,7 @@ def _memory_bound(records: Sequence[KernelRecord], shares: Sequence[float],
     unit, memory, math = ("kernels", "HBM", "the tensor cores") if kind == words.GPU else ("ops", "memory", "the SIMD units")
     if efficiency >= 0.6:
         how = (f"They already move their bytes at {100 * efficiency:.0f}%{at} on average, so only moving fewer bytes "
-               "helps: fuse elementwise and normalization ops (torch.compile fuses BatchNorm, activations and "
+               "helps: fuse elementwise and normalization ops (torch.compile fuses normalization, activations and "
                "residual adds).")
     else:
         how = (f"They reach {100 * efficiency:.0f}%{at} on average (small or poorly vectorized {unit}): fusing "
@@ -338,6 +338,10 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
     # launches, no device to wait on, no cuDNN, no TF32 or tensor cores to advise.
     kind = words.kind_of(explanation.device)
     gpu = kind == words.GPU and bool(records)
+    found_causes = None
+    if model is not None:
+        found_causes = causes.step_causes(records, timeline, model, explanation.calls, settings, explanation.device)
+        explanation.causes = found_causes
     found = [
         _self_check(step, kind),
         _coverage(explanation, kind),
@@ -350,7 +354,90 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
         _cudnn_benchmark(records, shares, wall, settings) if gpu else None,
         _memory(explanation, settings, model),
     ]
+    if found_causes is not None:
+        _trials[:] = list(explanation.fixes)
+        try:
+            found = _with_causes([f for f in found if f is not None], found_causes, kind)
+        finally:
+            _trials.clear()
     return sorted((f for f in found if f is not None), key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
+
+
+# Causes the findings above already speak for (their fixes are attached to those findings instead).
+_COVERED = {"layout": "layout.", "idles waiting on the host": ("host_bound", "launch_gaps"),
+            "without TF32": ("precision.fp32_no_tf32",)}
+# A cause of its own becomes a finding above this share of the step.
+CAUSE_SHARE = 0.02
+
+
+# A cause's fix by the --try-fixes trial that applies it.
+_TRIAL_OF = {"fuse": "compile", "remove_layout": "compile", "amp_bf16": "amp"}
+_trials: list[Any] = []  # the explanation's --try-fixes trials while its findings are made
+
+
+def _fix_evidence(fix: causes.Fix | None) -> dict[str, Any] | None:
+    if fix is None:
+        return None
+    out = {"name": fix.name, "what": fix.what, "saves_us": fix.saves_us, "predicted_step_us": fix.predicted_step_us,
+           "knobs": fix.knobs, "words": fix.words()}
+    trial = next((t for t in _trials if t.name == _TRIAL_OF.get(fix.name, fix.name)), None)
+    if trial is not None:
+        out.update({"trial": trial.name, "trial_status": trial.status, "measured_step_us": trial.measured_step_us,
+                    "trial_reason": trial.reason})
+    return out
+
+
+def _measured_words(fix: causes.Fix) -> str:
+    trial = next((t for t in _trials if t.name == _TRIAL_OF.get(fix.name, fix.name)), None)
+    if trial is None:
+        return ""
+    if trial.status == "measured" and trial.measured_step_us is not None:
+        return f" Measured with --try-fixes ({trial.what}): {trial.measured_step_us / 1e3:.2f} ms."
+    return f" --try-fixes {trial.what}: {trial.status} ({trial.reason})."
+
+
+def _covered(finding: Finding, cause: causes.Cause) -> bool:
+    title = finding.title.lower()
+    for words_in_title, ids in _COVERED.items():
+        if words_in_title.lower() in title:
+            prefixes = (ids,) if isinstance(ids, str) else ids
+            if any(cause.id.startswith(p) for p in prefixes):
+                return True
+    return False
+
+
+def _with_causes(found: list[Finding], step_causes: causes.Causes, kind: str) -> list[Finding]:
+    """The findings with their causes' predicted fixes attached, and a finding for each other cause that matters."""
+    out = []
+    for f in found:
+        mine = [c for c in step_causes.items if _covered(f, c)]
+        if mine:
+            f.evidence["causes"] = [{"id": c.id, "us": c.us, "share": c.share, "advice": c.advice,
+                                     "fix": _fix_evidence(c.fix)} for c in mine]
+            if f.title.lower().startswith("layout") and len(mine) >= 1:
+                f.suggestion = " ".join(f"[{c.id.split('.', 1)[1].replace('_', ' ')}: {c.us / 1e3:.2f} ms] {c.advice}"
+                                        for c in mine)
+            fixes = [c.fix for c in mine if c.fix is not None]
+            if fixes:
+                best = max(fixes, key=lambda x: x.saves_us)
+                f.evidence["fix"] = _fix_evidence(best)
+                f.suggestion += f" {best.words()}." + _measured_words(best)
+        out.append(f)
+    for c in step_causes.items:
+        if c.share < CAUSE_SHARE or any(_covered(f, c) for f in found) or c.id in ("sync", "cpu.framework"):
+            continue
+        evidence = {"cause": c.id, "part": c.part, "us": c.us, "share": c.share, **c.evidence,
+                    "fix": _fix_evidence(c.fix)}
+        suggestion = c.advice + (f" {c.fix.words()}." + _measured_words(c.fix)
+                                 if c.fix is not None and c.fix.saves_us > 0 else "")
+        out.append(Finding("info", c.title, evidence, suggestion))
+    if kind == words.CPU:
+        framework = next((c for c in step_causes.items if c.id == "cpu.framework"), None)
+        if framework is not None and framework.share >= IDLE_SHARE:
+            out.append(Finding("info", framework.title, {"cause": framework.id, "us": framework.us,
+                                                         "share": framework.share, "fix": _fix_evidence(framework.fix)},
+                               framework.advice))
+    return out
 
 
 def finding_lines(findings: Sequence[Finding]) -> list[str]:

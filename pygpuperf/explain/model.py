@@ -161,6 +161,8 @@ class Explanation:
     settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
     findings: list[Finding] = field(default_factory=list)  # pygpuperf.explain.findings, once computed
     calls: list[CallAccesses] = field(default_factory=list)  # the traced step's op calls (KernelRecord.call)
+    causes: Any = None  # pygpuperf.explain.causes.Causes of the median step, once findings are computed
+    fixes: list[Any] = field(default_factory=list)  # pygpuperf.explain.fixes.FixTrial: --try-fixes, measured
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
@@ -177,6 +179,8 @@ class Explanation:
             "unknown_ops_us": self.unknown_ops,
             "kernels": [dataclasses.asdict(r) for r in step.kernels],
             "calls": _numbered_storages(self.calls),
+            **({"causes": self.causes.to_dict()} if self.causes is not None else {}),
+            **({"fixes": [f.to_dict() for f in self.fixes]} if self.fixes else {}),
         }
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from pygpuperf.explain.accesses import AccessTraceMode, call_of
 from pygpuperf.explain.classify import KernelContext, MathSettings, classify
-from pygpuperf.explain.model import VECTOR_MATH, MEMORY_BOUND, CallAccesses, KernelRecord
+from pygpuperf.explain.model import MEMORY_BOUND, OTHER, VECTOR_MATH, CallAccesses, KernelRecord
 
 STEP_RANGE = "pygpuperf::step"
 MODULE_PREFIX = "module::"
@@ -428,14 +428,16 @@ def _host_op_records(host: list[_Event], locate: _Locator, seq_module: dict[int,
     from pygpuperf.explain import costs
 
     marks = _CallMarks(host)
+    unruled = _unruled_ops(host)
     for ev in host:
-        if ev.cat != "cpu_op" or ev.name.startswith(_BACKWARD_PREFIX) or not costs.has_rule(ev.name):
+        if ev.cat != "cpu_op" or ev.name.startswith(_BACKWARD_PREFIX) or not (
+                costs.has_rule(ev.name) or id(ev) in unruled):
             continue
         step = locate(ev.ts)
         if step is None:
             continue
         phase, module, ops = _context(ev, step, seq_module)
-        if any(costs.has_rule(o.name) for o in ops[1:]):
+        if any(costs.has_rule(o.name) or id(o) in unruled for o in ops[1:]):
             continue
         args = ev.args
         record = KernelRecord(
@@ -445,12 +447,40 @@ def _host_op_records(host: list[_Event], locate: _Locator, seq_module: dict[int,
             input_strides=list(args.get("Input Strides", []) or []),
             concrete_inputs=list(args.get("Concrete Inputs", []) or []), op_call_id=args.get("External id", id(ev)),
         )
-        record.kernel_class = VECTOR_MATH if costs.is_math_op(ev.name) else MEMORY_BOUND
+        record.kernel_class = (OTHER if id(ev) in unruled else VECTOR_MATH if costs.is_math_op(ev.name)
+                               else MEMORY_BOUND)
         out[step.index].kernels.append(record)
         out[step.index].kernel_ops.append(None)
         # An op with a cost rule may be composite (aten::linear): the traced call it ran is inside it.
         call = _call(ev)
         out[step.index].kernel_calls.append(call if call is not None else marks.inside(ev))
+
+
+def _unruled_ops(host: list[_Event]) -> set[int]:
+    """Outermost aten ops with no cost rule that spend most of their time outside ops with one (a CPU LSTM
+    kernel, a sort): recorded as ops of their own with no bound, so their time counts against coverage
+    instead of passing for the framework's own work between ops."""
+    from pygpuperf.explain import costs
+
+    ruled_inside: dict[int, float] = {}
+    for ev in host:
+        if ev.cat != "cpu_op" or not costs.has_rule(ev.name):
+            continue
+        above = [a for a in list(ev.ancestors())[1:] if a.cat == "cpu_op"]
+        if any(costs.has_rule(a.name) for a in above):
+            continue  # inside a ruled op: its caller's time
+        for a in above:
+            ruled_inside[id(a)] = ruled_inside.get(id(a), 0.0) + ev.dur
+    chosen: set[int] = set()
+    for ev in sorted(host, key=lambda e: (e.ts, -e.dur)):
+        if ev.cat != "cpu_op" or not ev.name.startswith("aten::") or costs.has_rule(ev.name) or ev.dur <= 0:
+            continue
+        above = [a for a in list(ev.ancestors())[1:] if a.cat == "cpu_op"]
+        if any(id(a) in chosen or costs.has_rule(a.name) for a in above):
+            continue
+        if ruled_inside.get(id(ev), 0.0) < 0.5 * ev.dur:
+            chosen.add(id(ev))
+    return chosen
 
 
 def _call(ev: _Event | None) -> int | None:

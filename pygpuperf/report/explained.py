@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from pygpuperf.core import documents
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import explainer, findings
+from pygpuperf.explain import explainer, findings, fixes
 from pygpuperf.explain.model import Explanation
 from pygpuperf.explain.model import KernelRecord
 from pygpuperf.report.explain_html import write_explain_report
@@ -41,7 +41,8 @@ def write_explained(explanation: Explanation, settings: dict[str, str], model: M
     machine = getattr(model, "machine_model", model)
     explanation.settings = dict(settings)
     explanation.findings = findings.explain_findings(explanation, settings, machine)
-    echo("\n".join(explainer.summary_lines(explanation) + (findings.finding_lines(explanation.findings) if echo_findings else [])))
+    echo("\n".join(explainer.summary_lines(explanation) + fixes.fix_lines(explanation.fixes)
+                   + (findings.finding_lines(explanation.findings) if echo_findings else [])))
     paths = write_outputs(explanation, out)
     paths += write_explain_report(explanation, out, model)
     path = out / "findings.json"

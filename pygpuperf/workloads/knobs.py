@@ -244,3 +244,23 @@ def precision_label(device: torch.device, amp: str, dominant_op: str) -> str:
         and torch.cuda.get_device_capability(device) >= (8, 0)
     )
     return "tf32" if tf32_capable and tf32_state()[dominant_op] else "fp32"
+
+
+def flag_state() -> dict[str, bool]:
+    """The process-wide torch flags the knobs set, as they are now (to check that a run put them back)."""
+    state = {"matmul_tf32": _matmul_tf32(), "cudnn_tf32": _cudnn_tf32(),
+             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+    if torch_flags.has_fp16_accumulation_flag():
+        state["fp16_accumulation"] = bool(torch.backends.cuda.matmul.allow_fp16_accumulation)
+    return state
+
+
+def restore_flag_state(state: dict[str, bool]) -> None:
+    """Set the flags back to a :func:`flag_state` snapshot."""
+    if flag_state().get("matmul_tf32") != state.get("matmul_tf32"):
+        torch_flags.set_matmul_tf32(state["matmul_tf32"])
+    if flag_state().get("cudnn_tf32") != state.get("cudnn_tf32"):
+        torch_flags.set_cudnn_tf32(state["cudnn_tf32"])
+    torch.backends.cudnn.benchmark = state["cudnn_benchmark"]
+    if "fp16_accumulation" in state:
+        torch.backends.cuda.matmul.allow_fp16_accumulation = state["fp16_accumulation"]

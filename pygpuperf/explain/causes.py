@@ -1,0 +1,554 @@
+"""The named causes inside the waterfall's under-use parts, each with its kernels, evidence, advice and
+what its fix would buy by the kernel-time model.
+
+Every kernel's time above its bound goes to at most one cause of its part (the first rule below that
+takes it), so causes never add up to more than their part; what no rule takes stays the part's
+catch-all (`rest_us` of :attr:`Causes.by_part`). Idle time is split by its timeline cause. Advice
+depends on what the step contains: channels_last only where convolutions run, CUDA graphs, TF32 and
+tensor cores only on a GPU, SIMD, cores and framework time on a CPU.
+
+A fix's prediction re-prices the kernels it touches with the same kernel-time model the waterfall
+uses (:func:`pygpuperf.explain.attribution.kernel_timing`), keeping each kernel's measured residual
+above its model time (as pygpuperf.predict does), or removes time the fix does away with (layout
+copies, launch gaps, a fused chain's intermediate traffic and fixed costs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from pygpuperf.analyze.kernel_time import card_terms
+from pygpuperf.core.results import MachineModel
+from pygpuperf.explain import attribution, tiles, words
+from pygpuperf.explain.classify import is_matrix_vector
+from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, KernelRecord,
+                                     Timeline)
+from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_FALLBACK, PART_FIXED, PART_LAYOUT,
+                                     PART_MEMORY, PART_TENSOR)
+
+# Parts the causes split (the rest of the waterfall names its cause already: no bound, copies, communication).
+SPLIT_PARTS = (PART_FIXED, PART_TENSOR, PART_MEMORY, PART_FALLBACK, PART_LAYOUT, IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC)
+# A cause below this share of the step is left out (it would be noise in a report).
+MIN_SHARE = 0.005
+# A GEMM wave below this efficiency wastes enough of the card to name.
+WAVE_EFFICIENCY = 0.85
+# A GEMM whose tiles fill fewer than this share of the card's units leaves them idle.
+FEW_TILES = 0.5
+# A GEMM with a side at most this long (and above a GEMV's) is skinny.
+SKINNY_DIM = 64
+# Tile quantization: padded tiles above this share of the output are wasted work.
+TILE_WASTE = 0.10
+# Element alignment the matrix units' fast kernels need (16 bytes of fp16/bf16).
+ALIGN_ELEMENTS = 8
+# A kernel whose fixed cost is above this share of its time is a small kernel.
+SMALL_KERNEL = 0.5
+
+_CONV = re.compile(r"conv", re.I)
+_ATTENTION_MODULE = re.compile(r"attn|attention|mha|self_attn|heads?\b", re.I)
+_ATTENTION_OP = re.compile(r"scaled_dot_product|flash|efficient_attention|cudnn_attention|aten::bmm|aten::baddbmm|"
+                           r"multi_head", re.I)
+_NHWC_NAME = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHWtoNHWC|NHWCtoNCHW|nhwcAddPadding|FoldedNhwc",
+                        re.I)
+_VIEW_FALLBACK_OPS = ("aten::reshape", "aten::flatten", "aten::_reshape_alias", "aten::view_as", "aten::unflatten")
+_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+_SPLIT_K = re.compile(r"split_?k|ReduceSplitK|reduce_wgrad", re.I)
+_ALIGN1 = re.compile(r"align1\b|align2\b|_align[12]_", re.I)
+
+
+@dataclass
+class Fix:
+    """What a cause's fix would buy, predicted by the kernel-time model, and how --try-fixes applies it."""
+
+    name: str  # "tf32", "cuda_graphs", "fuse", "channels_last", "remove_layout", ...
+    what: str  # "TF32 on"
+    saves_us: float  # predicted step time saved
+    predicted_step_us: float  # the step after the fix, predicted
+    knobs: dict[str, str] = field(default_factory=dict)  # the knob set --try-fixes applies ({}: not by the tool)
+
+    def words(self) -> str:
+        before = (self.predicted_step_us + self.saves_us) / 1e3
+        return f"{self.what}: {before:,.2f} → {self.predicted_step_us / 1e3:,.2f} ms (predicted)"
+
+
+@dataclass
+class Cause:
+    """One named cause of time above the ideal: the part it splits, its time and kernels, why, and the fix."""
+
+    id: str  # "layout.attention_heads", "shape.split_k", ...
+    part: str  # the waterfall part (or idle cause) whose time it names
+    us: float  # step time it accounts for
+    share: float  # of the step
+    kernels: list[int]  # indices into the median step's kernels
+    title: str
+    evidence: dict[str, Any]
+    advice: str
+    fix: Fix | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Causes:
+    """The causes of one step and how much of each split part they name."""
+
+    items: list[Cause]
+    by_part: dict[str, dict[str, float]]  # part -> {"us", "named_us", "rest_us"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": [c.to_dict() for c in self.items], "by_part": self.by_part}
+
+
+# --------------------------------------------------------------------------- re-pricing
+
+
+@dataclass
+class _Pricing:
+    model: MachineModel
+    shares: dict[int, dict[str, float]]
+    terms: Any
+
+    def reprice(self, record: KernelRecord, changed: KernelRecord, cap: bool = True) -> float:
+        """The record's duration once it runs as `changed`: the model's new time times its measured residual."""
+        before = attribution.kernel_timing(record, self.model, self.shares, self.terms)
+        after = attribution.kernel_timing(changed, self.model, self.shares, self.terms)
+        if before is None or after is None or before.work_us <= 0 or record.duration_us <= 0:
+            return record.duration_us * (changed.bytes / record.bytes if not cap and record.bytes > 0 else 1.0)
+        residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
+        new = after.fixed_us + after.work_us * max(residual, 1.0)
+        return min(record.duration_us, new) if cap else new
+
+
+def _saved(records: Sequence[KernelRecord], exclusive: Sequence[float], indices: Sequence[int],
+           new_us: Mapping[int, float]) -> float:
+    """Step time saved when kernels `indices` take `new_us` instead of their durations (their exclusive share)."""
+    saved = 0.0
+    for i in indices:
+        r = records[i]
+        if r.duration_us > 0:
+            saved += exclusive[i] * (1.0 - new_us.get(i, r.duration_us) / r.duration_us)
+    return max(saved, 0.0)
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def _gemm_dims(record: KernelRecord) -> tuple[int, int, int] | None:
+    """(M, N, K) of a matmul record, from its op's shapes."""
+    shapes = [s for s in record.input_shapes if isinstance(s, list) and s and all(isinstance(d, int) for d in s)]
+    op = record.op
+    if op in ("aten::addmm", "aten::baddbmm") and len(shapes) >= 3:
+        a, b = shapes[1], shapes[2]
+    elif op == "aten::linear" and len(shapes) >= 2:
+        x, w = shapes[0], shapes[1]
+        return (math.prod(x[:-1]), w[0], x[-1]) if len(w) == 2 else None
+    elif len(shapes) >= 2:
+        a, b = shapes[0], shapes[1]
+    else:
+        return None
+    if len(a) < 2 or len(b) < 2:
+        return None
+    return a[-2], b[-1], a[-1]
+
+
+def _shape_cause(record: KernelRecord, timing: Any, units: int | None) -> tuple[str, dict[str, Any]] | None:
+    """Why a GEMM/conv kernel runs below its bound, as far as its name and shapes tell."""
+    if _SPLIT_K.search(record.name):
+        return "shape.split_k", {"kernel": record.name[:120]}
+    dims = _gemm_dims(record) if record.op in _MATMUL_OPS else None
+    half = record.precision.split(".", 1)[0] in ("fp16", "bf16", "fp8", "int8")
+    if _ALIGN1.search(record.name) or (dims and half and any(d % ALIGN_ELEMENTS for d in dims)):
+        return "shape.misaligned", {"mnk": list(dims) if dims else None, "kernel": record.name[:120]}
+    if dims and min(dims[0], dims[1]) <= SKINNY_DIM:
+        return "shape.skinny", {"mnk": list(dims)}
+    count = tiles.output_tiles(record)
+    if units and count and max(count) < FEW_TILES * units:
+        return "waves.few_tiles", {"tiles": max(count), "units": units}
+    tile = tiles.tile_shape(record.name)
+    out = tiles.output_shape(record) if tile else None
+    if tile and out:
+        _, m, n = out
+        a, b = tile
+        waste = min(math.ceil(m / a) * a * math.ceil(n / b) * b, math.ceil(m / b) * b * math.ceil(n / a) * a) / (m * n) - 1
+        if waste > TILE_WASTE:
+            return "shape.tile_quantization", {"tile": list(tile), "mn": [m, n], "padded_share": round(waste, 3)}
+    return None
+
+
+def _layout_cause(record: KernelRecord, neighbours: Sequence[KernelRecord], convolutions: bool) -> str:
+    if convolutions and (_NHWC_NAME.search(record.name) or _CONV.search(record.op) or _CONV.search(record.module)):
+        return "layout.nchw_nhwc"
+    if record.op in _VIEW_FALLBACK_OPS:
+        return "layout.view_fallback"
+    if _ATTENTION_MODULE.search(record.module) or any(_ATTENTION_OP.search(n.op) for n in neighbours):
+        return "layout.attention_heads"
+    return "layout.permute_contiguous"
+
+
+def _chains(records: Sequence[KernelRecord], calls: Sequence[CallAccesses]) -> list[tuple[list[int], float]]:
+    """Runs of consecutive memory-bound kernels where each reads what the one before wrote: (indices, bytes a
+    fusion would not move: each intermediate written once and read back once)."""
+    by_call = {c.index: c for c in calls}
+    order = sorted(range(len(records)), key=lambda i: records[i].start_us)
+    chains: list[tuple[list[int], float]] = []
+    current: list[int] = []
+    saved = 0.0
+    last_writes: dict[int, int] = {}
+    for i in order:
+        r = records[i]
+        call = by_call.get(r.call) if r.call is not None else None
+        if r.kernel_class != MEMORY_BOUND or call is None:
+            if len(current) > 1:
+                chains.append((current, saved))
+            current, saved, last_writes = [], 0.0, {}
+            continue
+        reads = {a.storage: a.nbytes for a in call.accesses if not a.write}
+        linked = {s: n for s, n in last_writes.items() if s in reads}
+        if current and linked:
+            current.append(i)
+            saved += sum(2.0 * min(n, reads[s]) for s, n in linked.items())  # written, then read back
+        else:
+            if len(current) > 1:
+                chains.append((current, saved))
+            current, saved = [i], 0.0
+        last_writes = {a.storage: a.nbytes for a in call.accesses if a.write}
+    if len(current) > 1:
+        chains.append((current, saved))
+    return chains
+
+
+def _has(records: Sequence[KernelRecord], pattern: re.Pattern[str]) -> bool:
+    return any(pattern.search(r.op) for r in records if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH))
+
+
+def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: MachineModel,
+                calls: Sequence[CallAccesses] = (), settings: Mapping[str, Any] | None = None,
+                device: str = "cuda") -> Causes:
+    """The named causes of a step's time above its ideal (see the module's note)."""
+    settings = settings or {}
+    kind = words.kind_of(device)
+    gpu = kind == words.GPU
+    wall = timeline.wall_us
+    parts = attribution.kernel_parts(records, model, calls)
+    exclusive = attribution.exclusive_times(records)
+    terms = attribution.bound_terms(records, model)
+    pricing = _Pricing(model, attribution.reuse_shares(calls, model), terms)
+    units = card_terms(model).units
+    convolutions = _has(records, _CONV)
+    taken: dict[str, dict[int, float]] = {}  # cause id -> kernel index -> µs of its part
+    evidence: dict[str, dict[str, Any]] = {}
+
+    def take(cause: str, i: int, us: float, **ev: Any) -> None:
+        taken.setdefault(cause, {})[i] = taken.get(cause, {}).get(i, 0.0) + us
+        if ev:
+            evidence.setdefault(cause, {}).setdefault("examples", [])
+            if len(evidence[cause]["examples"]) < 5:
+                evidence[cause]["examples"].append({"op": records[i].op, **ev})
+
+    chain_of: dict[int, int] = {}
+    chains = _chains(records, calls)
+    for n, (members, _) in enumerate(chains):
+        for i in members:
+            chain_of[i] = n
+    ordered = sorted(range(len(records)), key=lambda i: records[i].start_us)
+    position = {i: k for k, i in enumerate(ordered)}
+    for i, (r, p) in enumerate(zip(records, parts)):
+        if p.fixed_us > 0:
+            take("small_kernels", i, p.fixed_us)
+        # waves inside the ideal: the model prices them, so they are in the ideal, not above it
+        if r.kernel_class == TENSOR_GEMM and p.timing is not None and p.timing.wave_efficiency < WAVE_EFFICIENCY \
+                and p.timing.compute_us >= p.timing.memory_us and r.duration_us > 0:
+            lost = p.timing.compute_us * (1 - p.timing.wave_efficiency) * (exclusive[i] / r.duration_us)
+            take("waves.partial_wave", i, min(lost, p.ideal_us), efficiency=round(p.timing.wave_efficiency, 3))
+        if p.over_us <= 0 and p.part != PART_LAYOUT:
+            continue
+        if p.part == PART_TENSOR:
+            found = _shape_cause(r, p.timing, units)
+            if found:
+                take(found[0], i, p.over_us, **found[1])
+        elif p.part == PART_FALLBACK:
+            precision = r.precision.split(".", 1)[0]
+            if gpu and precision == "fp32" and not re.search(r"depthwise|conv_depthwise|grouped", r.name, re.I):
+                take("precision.fp32_no_tf32", i, p.over_us)
+            elif gpu and re.search(r"depthwise|grouped", r.name, re.I):
+                take("shape.depthwise", i, p.over_us)
+            elif not gpu:
+                take("cpu.simd_under_use", i, p.over_us)
+        elif p.part == PART_MEMORY:
+            if i in chain_of:
+                take("unfused_chain", i, p.over_us)
+            elif r.op in _MATMUL_OPS and is_matrix_vector(r):
+                take("shape.gemv", i, p.over_us)
+            elif r.phase == "optimizer" and not r.op.startswith("aten::_fused"):
+                take("optimizer.unfused", i, p.over_us)
+            else:
+                take("bandwidth", i, p.over_us)
+        elif p.part == PART_LAYOUT:
+            k = position[i]
+            near = [records[j] for j in ordered[max(0, k - 3):k + 4] if j != i]
+            take(_layout_cause(r, near, convolutions), i, exclusive[i])
+    if gpu and model.matrix_ceiling("bf16.acc32") is not None:
+        # FP32/TF32 math on a card with bf16 matrix units: what AMP would buy (inside the ideal too).
+        for i, r in enumerate(records):
+            if (r.kernel_class == TENSOR_GEMM and r.precision.startswith("tf32")) or (
+                    r.kernel_class == VECTOR_MATH and r.precision == "fp32" and r.flops > 0):
+                half = dataclasses.replace(r, kernel_class=TENSOR_GEMM, precision="bf16.acc32", bytes=r.bytes / 2)
+                new_us = pricing.reprice(r, half)
+                if r.duration_us > 0 and new_us < r.duration_us:
+                    take("precision.bf16_unused", i, exclusive[i] * (1 - new_us / r.duration_us))
+
+    items: list[Cause] = []
+    for cause_id, kernels in taken.items():
+        us = sum(kernels.values())
+        if wall <= 0 or us / wall < MIN_SHARE:
+            continue
+        idx = sorted(kernels)
+        cause = _describe(cause_id, us, wall, idx, records, exclusive, parts, pricing, settings, kind, convolutions,
+                          chains, chain_of, evidence.get(cause_id, {}), units)
+        if cause is not None:
+            items.append(cause)
+    idle = timeline.idle
+    for part, us in ((IDLE_HOST, idle.host_bound_us), (IDLE_LAUNCH, idle.launch_gap_us), (IDLE_SYNC, idle.sync_us)):
+        if wall > 0 and us / wall >= MIN_SHARE and words.shown(part, kind):
+            items.append(_idle_cause(part, us, wall, timeline, settings, kind, len(records)))
+    graphed = [c for c in items if c.fix is not None and c.fix.name == "cuda_graphs"]
+    if len(graphed) > 1:  # one graph removes both: one fix, on the larger cause
+        total = sum(c.us for c in graphed)
+        keep = max(graphed, key=lambda c: c.us)
+        for c in graphed:
+            c.fix = _fix("cuda_graphs", "CUDA graphs (launch gaps and host-bound idle)", total, wall,
+                         {"cuda_graphs": "on"}) if c is keep else None
+    items.sort(key=lambda c: -c.us)
+    by_part: dict[str, dict[str, float]] = {}
+    totals = dict.fromkeys(SPLIT_PARTS, 0.0)
+    for p in parts:
+        if p.part in totals:
+            totals[p.part] += p.over_us
+        totals[PART_FIXED] += p.fixed_us
+    totals[IDLE_HOST], totals[IDLE_LAUNCH], totals[IDLE_SYNC] = idle.host_bound_us, idle.launch_gap_us, idle.sync_us
+    totals[PART_LAYOUT] = sum(exclusive[i] for i, p in enumerate(parts) if p.part == PART_LAYOUT)
+    for part, total in totals.items():
+        named = sum(c.us for c in items if c.part == part)
+        if total > 0 or named > 0:
+            by_part[part] = {"us": total, "named_us": named, "rest_us": max(total - named, 0.0)}
+    return Causes(items, by_part)
+
+
+_PART_OF = {
+    "small_kernels": PART_FIXED, "shape.split_k": PART_TENSOR, "shape.misaligned": PART_TENSOR,
+    "shape.skinny": PART_TENSOR, "waves.few_tiles": PART_TENSOR, "shape.tile_quantization": PART_TENSOR,
+    "precision.fp32_no_tf32": PART_FALLBACK, "shape.depthwise": PART_FALLBACK, "cpu.simd_under_use": PART_FALLBACK,
+    "unfused_chain": PART_MEMORY, "shape.gemv": PART_MEMORY, "optimizer.unfused": PART_MEMORY,
+    "bandwidth": PART_MEMORY, "layout.nchw_nhwc": PART_LAYOUT, "layout.attention_heads": PART_LAYOUT,
+    "layout.permute_contiguous": PART_LAYOUT, "layout.view_fallback": PART_LAYOUT, "waves.partial_wave": "ideal",
+    "precision.bf16_unused": "ideal",
+}
+
+
+def _ops(records: Sequence[KernelRecord], idx: Sequence[int], exclusive: Sequence[float]) -> dict[str, float]:
+    by: dict[str, float] = {}
+    for i in idx:
+        key = records[i].op or records[i].name[:60]
+        by[key] = by.get(key, 0.0) + exclusive[i]
+    return dict(sorted(by.items(), key=lambda kv: -kv[1])[:5])
+
+
+def _modules(records: Sequence[KernelRecord], idx: Sequence[int]) -> list[str]:
+    seen: list[str] = []
+    for i in idx:
+        m = records[i].module
+        if m and m not in seen:
+            seen.append(m)
+    return seen[:5]
+
+
+def _fix(name: str, what: str, saves: float, wall: float, knobs: dict[str, str] | None = None) -> Fix:
+    return Fix(name, what, saves, max(wall - saves, 0.0), dict(knobs or {}))
+
+
+def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Sequence[KernelRecord],
+              exclusive: Sequence[float], parts: Sequence[attribution.KernelPart], pricing: _Pricing,
+              settings: Mapping[str, Any], kind: str, convolutions: bool, chains: list[tuple[list[int], float]],
+              chain_of: dict[int, int], ev: dict[str, Any], units: int | None) -> Cause | None:
+    gpu = kind == words.GPU
+    unit = words.unit(kind, True)
+    share = us / wall
+    pct = f"{100 * share:.1f}% of the step ({us / 1e3:.2f} ms)"
+    evidence: dict[str, Any] = {"by_op_us": _ops(records, idx, exclusive), "modules": _modules(records, idx),
+                                "kernels": len(idx), **ev}
+    fix: Fix | None = None
+    part = _PART_OF.get(cause_id, "")
+    if cause_id == "small_kernels":
+        small = [i for i in idx if records[i].duration_us > 0 and parts[i].fixed_us > 0 and
+                 parts[i].fixed_us / max(exclusive[i], 1e-9) > SMALL_KERNEL]
+        evidence["small_kernels"] = len(small)
+        evidence["fixed_us_per_kernel"] = pricing.terms.fixed_us
+        title = (f"The fixed cost of {len(idx)} {unit} ({pricing.terms.fixed_us:.2f} µs each by the kernel model) "
+                 f"adds up to {pct}; {len(small)} of them spend most of their time on it.")
+        optimizer = any(records[i].phase == "optimizer" for i in idx)
+        if gpu:
+            advice = ("Fewer, larger kernels: torch.compile fuses elementwise and normalization kernels, "
+                      + ("fused optimizers (fused=True) update all parameters in a few kernels, " if optimizer else "")
+                      + "and a larger batch spreads each kernel's fixed cost over more samples.")
+        else:
+            advice = ("Fewer, larger ops: torch.compile fuses elementwise ops into vectorized loops, and a larger batch "
+                      "spreads each op's dispatch over more samples.")
+        fusible = [i for i in idx if records[i].kernel_class == MEMORY_BOUND]
+        saves = sum(parts[i].fixed_us for i in fusible) / 2  # fusion keeps about one kernel in two
+        fix = _fix("compile", "torch.compile (fuses memory-bound kernels)", saves, wall, {"compile": "inductor"})
+    elif cause_id == "waves.partial_wave":
+        title = (f"GEMM/convolution {unit} lose {pct} to partial waves: their tiles do not fill the card's "
+                 f"{units or '?'} multiprocessors a whole number of times.")
+        advice = ("Change the batch (or the GEMM's M/N) so the tile count fills the last wave; the model's "
+                  "bound already includes this loss.")
+        new = {}
+        for i in idx:
+            t = parts[i].timing
+            if t is not None and t.work_us > 0:
+                full = t.fixed_us + max(t.compute_us * t.wave_efficiency, t.memory_us)
+                new[i] = records[i].duration_us * full / t.total_us
+        fix = _fix("full_waves", "full waves", _saved(records, exclusive, idx, new), wall)
+    elif cause_id == "waves.few_tiles":
+        title = (f"GEMM/convolution {unit} with fewer tiles than half the card's {units} multiprocessors take {pct} "
+                 "above their bound: most multiprocessors idle.")
+        advice = "Raise the batch (more rows, more tiles), or batch several small GEMMs into one bmm."
+    elif cause_id.startswith("shape."):
+        name = cause_id.split(".", 1)[1]
+        what = {"split_k": "split-K GEMMs (a reduction pass over partial tiles)",
+                "misaligned": f"GEMMs with a dimension not a multiple of {ALIGN_ELEMENTS} (slow align1/align2 kernels)",
+                "skinny": f"skinny GEMMs (a side of at most {SKINNY_DIM})",
+                "tile_quantization": "GEMMs whose dimensions are not multiples of their tile (padded tiles)",
+                "gemv": "matrix-vector products (GEMV: a few rows, memory-bound)",
+                "depthwise": "depthwise/grouped convolutions (no tensor-core kernel)"}[name]
+        title = f"{what[0].upper() + what[1:]} take {pct} above their bound."
+        advice = {
+            "split_k": "K is long against M x N: a larger batch (larger M) lets the library drop split-K.",
+            "misaligned": (f"Pad the odd dimension to a multiple of {ALIGN_ELEMENTS} (e.g. an LM head's vocabulary "
+                           "to a multiple of 64, padding the extra logits away), so the library picks its "
+                           "vectorized tensor-core kernels."),
+            "skinny": "Batch more rows into each GEMM (a larger batch, or several small GEMMs as one bmm).",
+            "tile_quantization": "Pick dimensions that are multiples of 64 or 128 (hidden sizes, batch x tokens).",
+            "gemv": "Batch more rows per GEMM (a larger batch turns GEMVs into GEMMs).",
+            "depthwise": "These convolutions run on the CUDA cores whatever the precision; channels_last and "
+                         "cudnn.benchmark can still pick faster kernels.",
+        }[name]
+        if name in ("skinny", "gemv", "split_k") and settings.get("batch_size") not in (None, ""):
+            fix = None  # a batch change is tried by --try-fixes; its gain is not the kernels' excess alone
+    elif cause_id == "precision.fp32_no_tf32":
+        new = {i: pricing.reprice(records[i], dataclasses.replace(records[i], kernel_class=TENSOR_GEMM,
+                                                                  precision="tf32.acc32")) for i in idx}
+        saves = _saved(records, exclusive, idx, new)
+        title = f"FP32 GEMMs and convolutions on the CUDA cores without TF32 take {pct} above their tensor-core bound."
+        advice = ("Allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True; "
+                  "knob tf32=on) or run under AMP.")
+        fix = _fix("tf32", "TF32 on", saves, wall, {"tf32": "on"})
+    elif cause_id == "precision.bf16_unused":
+        title = f"FP32/TF32 matrix math would take {pct} less in bf16 on this card's matrix units."
+        amp = str(settings.get("amp", "")).lower()
+        advice = ("Train under autocast (torch.autocast(device_type, dtype=torch.bfloat16); knob amp=bf16): bf16 "
+                  "needs no loss scaling and halves the bytes of activations.")
+        fix = _fix("amp_bf16", "AMP bf16", us, wall, {"amp": "bf16"} if amp in ("none", "fp32", "") else {})
+    elif cause_id == "cpu.simd_under_use":
+        title = f"Matrix ops run below the measured SIMD/BLAS rate for {pct}."
+        advice = ("Small matrices keep few cores and short SIMD loops busy: a larger batch gives each op more rows, "
+                  "and torch.set_num_threads should match the physical cores.")
+    elif cause_id == "unfused_chain":
+        members = sorted({chain_of[i] for i in idx})
+        saved_bytes = sum(chains[n][1] for n in members)
+        count = sum(len(chains[n][0]) for n in members)
+        new = {}
+        for n in members:
+            chain, chain_saved = chains[n]
+            total_bytes = sum(records[i].bytes for i in chain) or 1.0
+            keep = max(0.0, 1.0 - chain_saved / total_bytes)
+            for k, i in enumerate(chain):
+                t = parts[i].timing
+                if t is None or records[i].duration_us <= 0:
+                    continue
+                residual = max(records[i].duration_us - t.fixed_us, 0.0) / t.work_us if t.work_us > 0 else 1.0
+                new[i] = (t.fixed_us if k == 0 else 0.0) + t.work_us * keep * max(residual, 1.0)
+        saves = _saved(records, exclusive, [i for n in members for i in chains[n][0]], new)
+        evidence.update({"chains": len(members), "chain_kernels": count, "saved_bytes": saved_bytes})
+        title = (f"{len(members)} chain(s) of {count} consecutive memory-bound {unit} on the same tensors take {pct} "
+                 f"above their bound; fused they would not move {saved_bytes / 1e6:,.1f} MB of intermediates.")
+        advice = (f"Fuse each chain into one {'kernel' if gpu else 'loop'}: torch.compile does it for elementwise, "
+                  "normalization and reduction chains.")
+        fix = _fix("fuse", f"fuse these {count} {unit}", saves, wall, {"compile": "inductor"})
+    elif cause_id == "optimizer.unfused":
+        title = f"The optimizer's per-parameter memory-bound {unit} take {pct} above their bound."
+        advice = ("Use a fused optimizer (torch.optim.AdamW(..., fused=True), or foreach=True): one pass over all "
+                  "parameters instead of several per tensor.")
+        saves = sum(parts[i].over_us + parts[i].fixed_us * 0.9 for i in idx)
+        fix = _fix("fused_optimizer", "fused optimizer", saves, wall)
+    elif cause_id == "bandwidth":
+        title = f"Memory-bound {unit} run below the bandwidth their size reaches for {pct}."
+        advice = ("Strided or broadcast inputs and short rows keep these from streaming at full rate: make their "
+                  f"inputs contiguous, or let torch.compile generate vectorized {'kernels' if gpu else 'loops'}.")
+    elif cause_id.startswith("layout."):
+        name = cause_id.split(".", 1)[1]
+        saves = sum(exclusive[i] for i in idx)
+        if name == "nchw_nhwc":
+            title = f"NCHW↔NHWC transposes around convolutions take {pct}."
+            fmt = str(settings.get("memory_format", "")).lower()
+            if fmt == "channels_last":
+                advice = ("The model runs channels_last already: these come from ops without an NHWC kernel "
+                          f"({', '.join(evidence['by_op_us'])}); keep their inputs in the layout they need.")
+            else:
+                advice = ("Put the model and its inputs in channels_last (model.to(memory_format=torch.channels_last); "
+                          "knob memory_format=channels_last): "
+                          f"{'cuDNN' if gpu else 'oneDNN'} convolutions work in NHWC.")
+                fix = _fix("channels_last", "channels_last", saves, wall, {"memory_format": "channels_last"})
+        elif name == "attention_heads":
+            title = f"Copies splitting and merging attention heads take {pct}."
+            advice = ("Keep q, k, v as [batch, heads, tokens, dim] views for scaled_dot_product_attention (which reads "
+                      "strided inputs) and merge heads with one transpose(1, 2).reshape at the end, or torch.compile "
+                      "the attention block to fuse the copies into its neighbours.")
+            fix = _fix("remove_layout", "no head split/merge copies", saves, wall, {"compile": "inductor"})
+        elif name == "view_fallback":
+            title = f"reshape/flatten of non-contiguous tensors (a copy instead of a view) takes {pct}."
+            advice = ("These reshape calls copy because their input is not contiguous: reorder the ops so the "
+                      "reshape sees a contiguous tensor, or torch.compile the model.")
+            fix = _fix("remove_layout", "no reshape copies", saves, wall, {"compile": "inductor"})
+        else:
+            title = f".contiguous() copies of permuted or sliced tensors take {pct}."
+            advice = ("Keep tensors in the layout the next op reads, or torch.compile the model to fold the "
+                      "permute into its consumer.")
+            fix = _fix("remove_layout", "no permute copies", saves, wall, {"compile": "inductor"})
+    else:
+        return None
+    return Cause(cause_id, part, us, round(share, 4), idx, title, evidence, advice, fix)
+
+
+def _idle_cause(part: str, us: float, wall: float, timeline: Timeline, settings: Mapping[str, Any], kind: str,
+                kernels: int) -> Cause:
+    pct = f"{100 * us / wall:.1f}% of the step ({us / 1e3:.2f} ms)"
+    fix = None
+    if kind == words.CPU:
+        title = f"Framework time between ops (dispatch, autograd, Python) takes {pct}."
+        advice = ("Fewer, larger ops: torch.compile removes most per-op dispatch, and a larger batch does more work "
+                  "per op.")
+        fix = _fix("compile", "torch.compile", us * 0.5, wall, {"compile": "inductor"})
+        return Cause("cpu.framework", part, us, round(us / wall, 4), [], title, {"us": us}, advice, fix)
+    graphs = str(settings.get("cuda_graphs", "")).lower().startswith("on")
+    if part == IDLE_SYNC:
+        title = f"The host waits on the device (.item(), .cpu(), synchronize) for {pct}."
+        advice = ("Remove the synchronizing calls from the step or move them to every Nth step; a step that "
+                  "synchronizes cannot be captured in a CUDA graph.")
+        return Cause("sync", part, us, round(us / wall, 4), [], title, {"sync_us": us}, advice, None)
+    if part == IDLE_LAUNCH:
+        title = f"Launch gaps between {kernels} short kernels take {pct}."
+    else:
+        title = f"The GPU idles waiting on the host to launch for {pct}."
+    if graphs:
+        advice = "The step is already one CUDA graph: what is left is host work outside it, or a larger batch."
+    else:
+        advice = ("Capture the step in a CUDA graph (torch.cuda.graphs, or torch.compile(mode='reduce-overhead'); "
+                  "knob cuda_graphs=on) so its kernels launch back to back, or raise the batch.")
+        if timeline.idle.sync_us <= 0:
+            fix = _fix("cuda_graphs", "CUDA graphs", us, wall, {"cuda_graphs": "on"})
+    return Cause("launch_gaps" if part == IDLE_LAUNCH else "host_bound", part, us, round(us / wall, 4), [], title,
+                 {"us": us}, advice, fix)

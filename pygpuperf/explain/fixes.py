@@ -1,0 +1,289 @@
+"""`--try-fixes`: apply each fix the tool can apply itself to the user's step, time it without the profiler,
+and set the measurement beside the kernel model's prediction.
+
+A fix is a knob set (TF32, cudnn.benchmark, fp16 accumulation, the AMP dtype, channels_last, a CUDA graph,
+torch.compile) or a batch size, applied through the workload's knobs or make_step's keywords, or by
+wrapping the built step (torch.compile of the step, a captured CUDA graph) where the workload has no knob
+for it. A fix that does not apply here is waived with the reason; one that fails (a compile error, a
+capture of a step that synchronizes) is reported with its error, never raised. Torch's global flags are
+as they were after every fix (:func:`pygpuperf.workloads.knobs.flag_state`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from pygpuperf.core.results import MachineModel
+from pygpuperf.explain import causes, explainer, words
+from pygpuperf.explain.model import TENSOR_GEMM, Explanation, Throughput
+from pygpuperf.workloads import knobs as knob_specs
+
+# What --try-fixes tries, in this order.
+FIX_NAMES = ("tf32", "cudnn_benchmark", "fp16_accumulation", "amp", "channels_last", "cuda_graphs", "compile",
+             "compile_reduce_overhead", "batch_size")
+_CPU_FIXES = ("channels_last", "compile", "batch_size")
+_FLAG_KNOBS = ("tf32", "cudnn_benchmark", "fp16_accumulation")
+
+
+@dataclass
+class FixTrial:
+    """One fix tried on the step: predicted by the kernel model, measured without the profiler."""
+
+    name: str
+    what: str
+    knobs: dict[str, str]
+    status: str  # "measured", "failed" or "waived"
+    reason: str = ""  # why waived or failed
+    predicted_step_us: float | None = None
+    measured_step_us: float | None = None
+    baseline_step_us: float | None = None
+    samples_per_step: int | None = None
+    baseline_samples_per_step: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def _per_sample(self, us: float | None, samples: int | None) -> float | None:
+        return us / samples if us is not None and samples else None
+
+    @property
+    def speedup(self) -> float | None:
+        """Baseline time per sample over the fixed step's (above 1: faster)."""
+        base = self._per_sample(self.baseline_step_us, self.baseline_samples_per_step)
+        new = self._per_sample(self.measured_step_us, self.samples_per_step)
+        return base / new if base and new else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "speedup": self.speedup}
+
+    def line(self) -> str:
+        if self.status != "measured":
+            return f"  {self.what:34s} {self.status}: {self.reason}"
+        per = "" if self.samples_per_step == self.baseline_samples_per_step else \
+            f" at batch {self.samples_per_step} (per-sample speedup {self.speedup:.2f}x)"
+        predicted = f"predicted {self.predicted_step_us / 1e3:.2f} ms, " if self.predicted_step_us is not None else \
+            "no prediction, "
+        return (f"  {self.what:34s} {self.baseline_step_us / 1e3:.2f} → {self.measured_step_us / 1e3:.2f} ms "
+                f"({predicted}measured){per}")
+
+
+@dataclass
+class Target:
+    """How fixes reach the step: `build(batch_size, knobs)` builds it (a BuiltWorkload), `takes(knob)` says
+    whether the workload or make_step accepts a knob (flag knobs are set around user code by the tool)."""
+
+    build: Callable[[int | None, dict[str, str]], Any]
+    takes: Callable[[str], bool]
+    batch_size: int | None = None
+    knobs: dict[str, str] = field(default_factory=dict)  # the knobs the explained run was given
+    user_code: bool = False
+
+
+def _predictions(explanation: Explanation) -> dict[str, float]:
+    """Predicted step (µs) by fix name, from the causes' fixes (the largest saving of a name)."""
+    out: dict[str, float] = {}
+    for c in (explanation.causes.items if explanation.causes is not None else ()):
+        if c.fix is not None:
+            name = c.fix.name
+            if name == "fuse" or name == "remove_layout":
+                name = "compile"
+            elif name == "amp_bf16":
+                name = "amp"
+            out[name] = min(out.get(name, float("inf")), c.fix.predicted_step_us)
+    return out
+
+
+def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
+    """The step at `scale` times the batch by the kernel model: forward and backward kernels' work scales
+    (each keeps its measured residual), the rest and the idle time stay as measured."""
+    step = explanation.median
+    records = step.kernels
+    if not records:
+        return None
+    from pygpuperf.explain import attribution
+
+    pricing = causes._Pricing(model, attribution.reuse_shares(explanation.calls, model),
+                              attribution.bound_terms(records, model))
+    wall = step.timeline.wall_us
+    delta = 0.0
+    for r, share in zip(records, attribution.exclusive_times(records)):
+        if r.phase not in ("forward", "backward") or r.duration_us <= 0:
+            continue
+        bigger = dataclasses.replace(r, flops=r.flops * scale, bytes=r.bytes * scale)
+        delta += share * (pricing.reprice(r, bigger, cap=False) / r.duration_us - 1.0)
+    return wall + delta
+
+
+def _has_conv(explanation: Explanation) -> bool:
+    return any("conv" in r.op.lower() for r in explanation.median.kernels)
+
+
+def _candidates(explanation: Explanation, target: Target, device: torch.device) -> list[tuple[str, str, dict[str, str]]]:
+    settings = explanation.settings
+    amp = str(settings.get("amp", "")).lower()
+    batch = target.batch_size or int(settings.get("batch_size") or settings.get("samples_per_step") or 0) or None
+    out = [("tf32", "TF32 on", {"tf32": "on"}), ("cudnn_benchmark", "cudnn.benchmark on", {"cudnn_benchmark": "on"}),
+           ("fp16_accumulation", "fp16 accumulation", {"fp16_accumulation": "on"}),
+           ("amp", "AMP bf16" if amp != "bf16" else "AMP fp16", {"amp": "bf16" if amp != "bf16" else "fp16"}),
+           ("channels_last", "channels_last", {"memory_format": "channels_last"}),
+           ("cuda_graphs", "CUDA graph of the step", {"cuda_graphs": "on"}),
+           ("compile", "torch.compile", {"compile": "inductor"}),
+           ("compile_reduce_overhead", "torch.compile reduce-overhead", {"compile": "reduce-overhead"}),
+           ("batch_size", f"batch {2 * batch}" if batch else "batch x2",
+            {"batch_size": str(2 * batch)} if batch else {})]
+    return out
+
+
+def _waiver(name: str, knobs: dict[str, str], explanation: Explanation, target: Target,
+            device: torch.device) -> str | None:
+    """Why a fix does not apply to this step here (None: try it)."""
+    settings = explanation.settings
+    kind = words.kind_of(str(device))
+    if kind == words.CPU and name not in _CPU_FIXES:
+        return {"tf32": "TF32 is a tensor-core format; a CPU does not run it",
+                "cudnn_benchmark": "cuDNN does not run on a CPU", "fp16_accumulation": "cuBLAS does not run on a CPU",
+                "amp": "on a CPU --try-fixes tries only batch size, torch.compile and channels_last",
+                "cuda_graphs": "CUDA graphs need a CUDA device",
+                "compile_reduce_overhead": "reduce-overhead adds CUDA graphs, which need a CUDA device",
+                }.get(name, "does not apply on a CPU")
+    if name == "channels_last":
+        if not _has_conv(explanation):
+            return "the step runs no convolutions, so channels_last changes nothing"
+        if str(settings.get("memory_format", "")).lower() == "channels_last":
+            return "the step runs channels_last already"
+        if not target.takes("memory_format"):
+            return "make_step takes no memory_format keyword (give it one to let the tool switch the layout)"
+    if name in _FLAG_KNOBS:
+        key = knobs and next(iter(knobs))
+        value = str(settings.get(key, "")).lower()
+        if value.startswith("on") or (name == "tf32" and "matmul on, conv on" in value):
+            return f"{key} is on already"
+        if name == "fp16_accumulation" and not (knob_specs.torch_flags.has_fp16_accumulation_flag()):
+            return f"torch {torch.__version__} has no allow_fp16_accumulation flag"
+        if name == "fp16_accumulation" and not any(r.kernel_class == TENSOR_GEMM and r.precision == "fp16.acc32"
+                                                   for r in explanation.median.kernels):
+            return "no fp16 matmul accumulates in fp32 here"
+        if name == "cudnn_benchmark" and not _has_conv(explanation):
+            return "the step runs no convolutions, so cuDNN's algorithm choice does not matter"
+    if name == "amp":
+        if "amp" not in settings or not target.takes("amp"):
+            return "the step sets no autocast dtype the tool can change (a workload's amp knob)"
+    if name == "batch_size" and not knobs:
+        return "the batch size is unknown"
+    if name == "cuda_graphs" and str(settings.get("cuda_graphs", "")).lower().startswith("on"):
+        return "the step is one CUDA graph already"
+    if name.startswith("compile") and str(settings.get("compile", "off")).lower() not in ("off", ""):
+        return "the step is compiled already"
+    return None
+
+
+def _compiled(step: Callable[[], Any], mode: str | None) -> Callable[[], Any]:
+    return torch.compile(step, mode=mode) if mode else torch.compile(step)
+
+
+def _graphed(step: Callable[[], Any], device: torch.device) -> Callable[[], Any]:
+    """The step captured once in a CUDA graph (after warm-up on a side stream) and replayed."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+def _apply(name: str, knobs: dict[str, str], target: Target, device: torch.device) -> tuple[Any, Callable[[], Any], int]:
+    """Build the step with the fix: (built workload, the step to time, samples per step)."""
+    given = {k: v for k, v in target.knobs.items()}
+    batch = target.batch_size
+    wrap: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None
+    if name == "batch_size":
+        batch = int(knobs["batch_size"])
+    elif name.startswith("compile") and (target.user_code or knobs["compile"] == "reduce-overhead"
+                                         or not target.takes("compile")):
+        mode = "reduce-overhead" if knobs["compile"] == "reduce-overhead" else None
+        wrap = lambda s: _compiled(s, mode)  # noqa: E731
+    elif name == "cuda_graphs" and (target.user_code or not target.takes("cuda_graphs")):
+        wrap = lambda s: _graphed(s, device)  # noqa: E731
+    else:
+        given.update(knobs)
+    built = target.build(batch, given)
+    step = built.step
+    if wrap is not None:
+        try:
+            step = wrap(step)
+        except BaseException:
+            built.close()
+            raise
+    return built, step, int(getattr(built, "samples_per_step", batch or 1) or 1)
+
+
+def try_fixes(explanation: Explanation, model: MachineModel, target: Target, device: torch.device | str,
+              only: Sequence[str] | None = None, baseline: Throughput | None = None,
+              measure: Callable[..., Throughput] | None = None) -> list[FixTrial]:
+    """Each fix of :data:`FIX_NAMES` (or `only`) applied and timed (see the module's note)."""
+    device = torch.device(device)
+    measure = measure or explainer.measure_throughput
+    baseline = baseline or explanation.throughput
+    base_us = baseline.step_us.median if baseline is not None else explanation.median.timeline.wall_us
+    base_samples = baseline.samples_per_step if baseline is not None else None
+    predicted = _predictions(explanation)
+    trials = []
+    for name, what, knobs in _candidates(explanation, target, device):
+        if only and name not in only:
+            continue
+        trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
+                         baseline_samples_per_step=base_samples)
+        if name == "batch_size" and knobs and base_samples:
+            at = predicted_at_batch(explanation, model, int(knobs["batch_size"]) / base_samples)
+            trial.predicted_step_us = at
+        else:
+            trial.predicted_step_us = predicted.get("compile" if name.startswith("compile") else name)
+        waiver = _waiver(name, knobs, explanation, target, device)
+        if waiver is not None:
+            trial.reason = waiver
+            trials.append(trial)
+            continue
+        before = knob_specs.flag_state()
+        user_flags = {k: knob_specs.TF32.parse(v) for k, v in knobs.items() if k in _FLAG_KNOBS} \
+            if target.user_code else {}
+        restore = knob_specs.set_global_flags(**user_flags) if user_flags else (lambda: None)
+        try:
+            built, step, samples = _apply(name, knobs, target, device)
+            with built:
+                timed = measure(step, device, samples)
+            trial.status, trial.measured_step_us, trial.samples_per_step = "measured", timed.step_us.median, samples
+            trial.notes = list(getattr(built, "notes", []) or [])
+            waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
+            if name == "cuda_graphs" and waived.startswith("waived"):
+                trial.status, trial.reason = "waived", waived
+        except Exception as exc:  # a failing fix is a result, not a crash
+            trial.status, trial.reason = "failed", f"{type(exc).__name__}: {_one_line(exc)}"
+        finally:
+            restore()
+            if knob_specs.flag_state() != before:  # a step left a flag changed: put it back
+                knob_specs.restore_flag_state(before)
+                trial.notes.append("a global torch flag was left changed and has been restored")
+        trials.append(trial)
+    return trials
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text[:limit] + ("…" if len(text) > limit else "")
+
+
+def fix_lines(trials: Sequence[FixTrial]) -> list[str]:
+    if not trials:
+        return []
+    return ["fixes tried (step time without the profiler):", *(t.line() for t in trials)]
+
+
+def trial_from_dict(d: Mapping[str, Any]) -> FixTrial:
+    names = {f.name for f in dataclasses.fields(FixTrial)}
+    return FixTrial(**{k: v for k, v in d.items() if k in names})

@@ -1,0 +1,178 @@
+"""Named causes inside the waterfall's under-use parts, their advice by what the model contains, and the
+kernel model's prediction of what a fix buys."""
+
+import pytest
+
+from pygpuperf.analyze.kernel_time import Access
+from pygpuperf.core.results import Ceiling, MachineModel
+from pygpuperf.explain import causes, costs, explainer, findings
+from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
+
+
+def gpu_model() -> MachineModel:
+    m = MachineModel(device="cuda:0")
+    for key, value in {"tensor.fp16.acc32": 800.0, "tensor.tf32.acc32": 490.0, "cuda.fp32": 66.0}.items():
+        m.compute[key] = Ceiling(value, "TFLOP/s", f"compute.{key}", "native-cuda")
+    m.memory["hbm"] = Ceiling(4700.0, "GB/s", "memory.hbm.copy", "native-cuda")
+    return m
+
+
+def cpu_model() -> MachineModel:
+    m = MachineModel(device="cpu")
+    m.compute["simd.fp32"] = Ceiling(1.0, "TFLOP/s", "compute.simd.fp32", "native-cpu")
+    m.memory["dram"] = Ceiling(20.0, "GB/s", "memory.dram.copy", "native-cpu")
+    return m
+
+
+def k(cls, us, op="aten::add", precision="", flops=0.0, nbytes=0.0, module="", name="kernel", call=None,
+      phase="forward"):
+    return KernelRecord(name=name, start_us=0.0, duration_us=us, op=op, module=module, kernel_class=cls,
+                        precision=precision, flops=flops, bytes=nbytes, call=call, phase=phase)
+
+
+def explanation(records, idle=None, device="cuda:0", calls=()):
+    t = 0.0
+    for r in records:
+        r.start_us, t = t, t + r.duration_us
+    idle = idle or Idle()
+    line = Timeline(wall_us=t + idle.total_us, busy_us=t, idle=idle)
+    step = ExplainedStep(0, records, line, Waterfall(0.0, {}, line.wall_us, 0.0, 1.0), [])
+    return Explanation(device, [step], step, {}, calls=list(calls))
+
+
+def all_text(found, explained):
+    parts = [f.title + " " + f.suggestion for f in found]
+    parts += [c.title + " " + c.advice for c in explained.causes.items]
+    return "\n".join(parts)
+
+
+def test_transformer_layout_copies_get_attention_advice_and_no_channels_last():
+    records = [k("tensor_gemm", 100, "aten::addmm", "fp16.acc32", 1e9, 1e6, "blocks.0.attn.qkv"),
+               k("layout", 40, "aten::contiguous", module="blocks.0.attn", name="elementwise_kernel copy"),
+               k("tensor_gemm", 60, "aten::_scaled_dot_product_flash_attention", "fp16.acc32", 1e8, 1e6,
+                 "blocks.0.attn"),
+               k("layout", 30, "aten::contiguous", module="blocks.0.attn", name="elementwise_kernel copy"),
+               k("memory_bound", 20, "aten::add", nbytes=1e6)]
+    e = explanation(records)
+    found = findings.explain_findings(e, {"batch_size": "8"}, gpu_model())
+    ids = {c.id: c for c in e.causes.items}
+    assert "layout.attention_heads" in ids and "layout.nchw_nhwc" not in ids
+    heads = ids["layout.attention_heads"]
+    assert heads.us == pytest.approx(70.0) and heads.kernels == [1, 3]
+    assert heads.fix is not None and heads.fix.predicted_step_us == pytest.approx(250 - 70)
+    assert "channels_last" not in all_text(found, e)
+    layout = next(f for f in found if f.title.startswith("Layout"))
+    assert "scaled_dot_product_attention" in layout.suggestion and layout.evidence["fix"]["saves_us"] == 70.0
+
+
+def test_convolution_transposes_get_channels_last():
+    records = [k("tensor_gemm", 100, "aten::cudnn_convolution", "fp16.acc32", 1e9, 1e6, "layer1.conv1"),
+               k("layout", 50, "aten::cudnn_convolution", module="layer1.conv1", name="nchwToNhwcKernel")]
+    e = explanation(records)
+    findings.explain_findings(e, {"memory_format": "nchw"}, gpu_model())
+    cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
+    assert "channels_last" in cause.advice and cause.fix.knobs == {"memory_format": "channels_last"}
+
+
+def test_cpu_profile_gets_no_gpu_advice():
+    records = [k("vector_math", 300, "aten::mm", "fp32", 1e8, 1e6), k("layout", 50, "aten::contiguous"),
+               k("memory_bound", 100, "aten::add", nbytes=1e5), k("memory_bound", 100, "aten::mul", nbytes=1e5)]
+    e = explanation(records, Idle(host_bound_us=300.0), device="cpu")
+    found = findings.explain_findings(e, {"batch_size": "4"}, cpu_model())
+    text = all_text(found, e)
+    for word in ("CUDA", "TF32", "tensor core", "tensor-core", "cuDNN", "channels_last", "HBM", "kernel"):
+        assert word not in text, word
+    ids = {c.id for c in e.causes.items}
+    assert "cpu.framework" in ids and "cpu.simd_under_use" in ids
+
+
+def test_rnn_ops_are_costed():
+    # cuDNN LSTM, 1 layer, 16 steps x 4 sequences, input and hidden 32: 4 gate matrices of 128 x 32.
+    weights = [[128, 32], [128, 32], [128], [128]]
+    shapes = [[16, 4, 32], weights, [], [], [1, 4, 32], [1, 4, 32]] + [[]] * 10
+    extra = ["", "", "4", "", "", "", "2", "32", "0", "1", "False", "0.0", "True", "False", "[]", ""]
+    fwd = costs.op_cost("aten::_cudnn_rnn", shapes, ["float", "TensorList", "Scalar", "", "float", "float"], extra=extra)
+    gemm = 2 * 64 * (2 * 128 * 32)
+    gates = costs.RNN_GATE_FLOPS * 64 * 128
+    assert fwd.flops == pytest.approx(gemm + gates) and not fwd.formula.startswith(costs.UNKNOWN)
+    bwd_shapes = [[16, 4, 32], weights, [], [], [1, 4, 32], [1, 4, 32], [16, 4, 32], [16, 4, 32]] + [[]] * 14
+    bwd = costs.op_cost("aten::_cudnn_rnn_backward", bwd_shapes, ["float", "TensorList"], extra=[""] * 22)
+    assert bwd.flops == pytest.approx(2 * (gemm + gates))
+    # The CPU op with its weight list unrecorded: the same work from hidden size, layers and directions.
+    cpu = costs.op_cost("aten::lstm", [[4, 16, 32], [[1, 4, 32], [1, 4, 32]], [], [], [], [], [], [], []],
+                        ["float", "TensorList", "TensorList"],
+                        extra=["", "", "", "True", "1", "0.0", "True", "False", "True"])
+    assert cpu.flops == pytest.approx(gemm + gates) and costs.is_math_op("aten::lstm")
+    two_layer_bidir = costs.op_cost("aten::gru", [[4, 16, 32], [2 * 2, 4, 32], [], [], [], [], [], [], []],
+                                    ["float", "float", "TensorList"],
+                                    extra=["", "", "", "True", "2", "0.0", "True", "True", "True"])
+    # layer 0: 2 directions x (96x32 + 96x32); layer 1: 2 x (96x64 + 96x32)
+    assert two_layer_bidir.flops > 0 and two_layer_bidir.flops == pytest.approx(
+        2 * 64 * (2 * (96 * 32 + 96 * 32) + 2 * (96 * 64 + 96 * 32)) + costs.RNN_GATE_FLOPS * 64 * 96 * 4)
+
+
+def test_cpu_lstm_step_time_is_held_against_the_lstm_op():
+    import torch
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(16, 16, batch_first=True)
+    x = torch.randn(2, 8, 16)
+
+    def step():
+        lstm(x)[0].sum().backward()
+
+    e = explainer.explain(step, cpu_model(), "cpu", steps=1, warmup=1, timed_steps=0)
+    ops = {r.op: r for r in e.median.kernels}
+    assert "aten::lstm" in ops and ops["aten::lstm"].kernel_class == "vector_math" and ops["aten::lstm"].flops > 0
+    assert not e.unknown_ops
+
+
+def test_elementwise_chain_is_found_with_its_saved_bytes():
+    mb = 1_000_000
+    calls = [CallAccesses(0, "aten::mul", (Access(1, mb, False), Access(2, mb, True))),
+             CallAccesses(1, "aten::add", (Access(2, mb, False), Access(3, mb, True))),
+             CallAccesses(2, "aten::relu", (Access(3, mb, False), Access(4, mb, True))),
+             CallAccesses(3, "aten::mm", (Access(4, mb, False), Access(5, mb, True))),
+             CallAccesses(4, "aten::sum", (Access(9, mb, False), Access(10, 4, True)))]
+    records = [k("memory_bound", 20, "aten::mul", nbytes=2 * mb, call=0),
+               k("memory_bound", 20, "aten::add", nbytes=2 * mb, call=1),
+               k("memory_bound", 20, "aten::relu", nbytes=2 * mb, call=2),
+               k("tensor_gemm", 50, "aten::mm", "fp16.acc32", 1e9, 2 * mb, call=3),
+               k("memory_bound", 20, "aten::sum", nbytes=mb, call=4)]
+    e = explanation(records, calls=calls)
+    result = causes.step_causes(e.median.kernels, e.median.timeline, gpu_model(), calls)
+    chain = next(c for c in result.items if c.id == "unfused_chain")
+    assert chain.kernels == [0, 1, 2] and chain.evidence["chain_kernels"] == 3
+    assert chain.evidence["saved_bytes"] == 4 * mb  # storages 2 and 3: each written once and read back once
+    # The sum after the GEMM reads nothing the chain wrote: not part of it.
+    assert 4 not in chain.kernels
+    assert 0 < chain.fix.saves_us < 60 and chain.fix.knobs == {"compile": "inductor"}
+
+
+def test_tf32_fix_predicts_the_step_by_the_kernel_model():
+    flops = 6.6e9  # 100 us on 66 TFLOP/s CUDA cores; ran in 150 us (residual 1.5)
+    records = [k("vector_math", 150, "aten::mm", "fp32", flops, 1e3), k("tensor_gemm", 50, "aten::mm", "fp16.acc32",
+                                                                          1e9, 1e3)]
+    e = explanation(records)
+    found = findings.explain_findings(e, {"tf32": "off"}, gpu_model())
+    cause = next(c for c in e.causes.items if c.id == "precision.fp32_no_tf32")
+    tf32_us = flops / 490e12 * 1e6 * 1.5  # the TF32 work term, keeping the measured residual
+    assert cause.fix.predicted_step_us == pytest.approx(200 - (150 - tf32_us), rel=1e-3)
+    assert cause.fix.words().startswith("TF32 on: 0.20 → 0.07 ms")
+    f = next(f for f in found if "without TF32" in f.title)
+    assert f.evidence["fix"]["name"] == "tf32" and "(predicted)" in f.suggestion
+
+
+def test_idle_causes_share_one_cuda_graph_fix_and_split_the_parts_honestly():
+    records = [k("memory_bound", 10, "aten::add", nbytes=1e3) for _ in range(5)]
+    e = explanation(records, Idle(host_bound_us=30.0, launch_gap_us=20.0))
+    result = causes.step_causes(e.median.kernels, e.median.timeline, gpu_model(), device="cuda:0")
+    graphs = [c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs"]
+    assert len(graphs) == 1 and graphs[0].saves_us == pytest.approx(50.0)
+    for part, split in result.by_part.items():
+        assert split["named_us"] <= split["us"] + 1e-9 and split["rest_us"] == pytest.approx(
+            split["us"] - split["named_us"], abs=1e-9), part
+    # A step that synchronizes cannot be captured: no graph fix then.
+    synced = explanation([k("memory_bound", 10, nbytes=1e3)], Idle(host_bound_us=30.0, sync_us=10.0))
+    result = causes.step_causes(synced.median.kernels, synced.median.timeline, gpu_model(), device="cuda:0")
+    assert not [c for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs"]

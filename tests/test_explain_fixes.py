@@ -1,0 +1,99 @@
+"""--try-fixes: each fix applied and timed, failures reported not raised, torch's flags put back."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+from pygpuperf.core.results import Ceiling, MachineModel, Stats
+from pygpuperf.explain import compare, fixes
+from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
+from pygpuperf.workloads import BuiltWorkload
+from pygpuperf.workloads.knobs import flag_state
+
+
+def _model():
+    m = MachineModel(device="cpu")
+    m.compute["simd.fp32"] = Ceiling(1.0, "TFLOP/s", "compute.simd.fp32", "native-cpu")
+    m.memory["dram"] = Ceiling(20.0, "GB/s", "memory.dram.copy", "native-cpu")
+    return m
+
+
+def _explanation(device="cpu", op="aten::mm"):
+    r = KernelRecord(name=op, start_us=0.0, duration_us=100.0, op=op, kernel_class="vector_math", precision="fp32",
+                     flops=1e7, bytes=1e5, phase="forward")
+    line = Timeline(wall_us=150.0, busy_us=100.0, idle=Idle(host_bound_us=50.0))
+    step = ExplainedStep(0, [r], line, Waterfall(0.0, {}, 150.0, 0.0, 1.0), [])
+    return Explanation(device, [step], step, {}, Throughput(Stats.of([150.0] * 3), 4), {"batch_size": "4"})
+
+
+def _timed(us):
+    return lambda step, device, samples: (step(), Throughput(Stats.of([us] * 3), samples))[1]
+
+
+def test_failing_fix_is_reported_not_raised_and_flags_are_restored():
+    before = flag_state()
+
+    def build(batch, knobs):
+        if batch == 8:
+            raise RuntimeError("out of patience")
+        torch.backends.cudnn.benchmark = not before["cudnn_benchmark"]  # a step that leaves a flag changed
+        return BuiltWorkload(step=lambda: None, samples_per_step=batch or 4, params={})
+
+    target = fixes.Target(build, lambda k: True, batch_size=4)
+    trials = fixes.try_fixes(_explanation(), _model(), target, "cpu", measure=_timed(120.0))
+    by = {t.name: t for t in trials}
+    assert by["batch_size"].status == "failed" and "out of patience" in by["batch_size"].reason
+    assert by["compile"].status == "measured" or by["compile"].status == "failed"
+    assert flag_state() == before
+    changed = [t for t in trials if t.status == "measured"]
+    assert changed and all("restored" in " ".join(t.notes) for t in changed)
+    # On a CPU the GPU fixes are waived with their reason; channels_last is waived for a step without convolutions.
+    for name in ("tf32", "cudnn_benchmark", "fp16_accumulation", "cuda_graphs", "amp"):
+        assert by[name].status == "waived" and by[name].reason, name
+    assert "no convolutions" in by["channels_last"].reason
+
+
+def test_batch_fix_is_predicted_by_the_kernel_model():
+    e = _explanation()
+    # 1e7 FLOPs at 1 TFLOP/s: 10 us of work against 100 us measured (residual 10); twice the batch, twice the work.
+    assert fixes.predicted_at_batch(e, _model(), 2.0) == 150.0 + 100.0
+    trial = fixes.try_fixes(e, _model(), fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b, {}), lambda k: True,
+                                                      4), "cpu", only=["batch_size"], measure=_timed(200.0))[0]
+    assert trial.predicted_step_us == 250.0 and trial.measured_step_us == 200.0 and trial.samples_per_step == 8
+    assert trial.speedup == (150.0 / 4) / (200.0 / 8)
+
+
+def test_try_fixes_on_a_cpu_user_step_end_to_end(tmp_path):
+    from test_explain_cli import _machine_model_file
+
+    user = tmp_path / "conv_step.py"
+    user.write_text(textwrap.dedent("""
+        import torch
+
+        def make_step(device, batch_size=2, memory_format="nchw"):
+            fmt = torch.channels_last if memory_format == "channels_last" else torch.contiguous_format
+            model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).to(device, memory_format=fmt)
+            x = torch.randn(batch_size, 3, 12, 12, device=device).contiguous(memory_format=fmt)
+
+            def step():
+                model(x).sum().backward()
+            return {"step": step, "modules": [model]}
+    """))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "pygpuperf.explain", f"{user}:make_step", "--device", "cpu",
+                           "--machine-model", str(_machine_model_file(tmp_path)), "--steps", "1", "--out", str(out),
+                           "--try-fixes", "batch_size,channels_last,tf32,cuda_graphs"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "fixes tried" in proc.stdout and "channels_last" in proc.stdout
+    by = {t["name"]: t for t in json.loads((out / "explain.json").read_text())["fixes"]}
+    assert by["batch_size"]["status"] == "measured" and by["batch_size"]["samples_per_step"] == 4
+    assert by["batch_size"]["predicted_step_us"] > 0
+    assert by["channels_last"]["status"] == "measured"  # make_step takes memory_format and the step has a conv
+    assert by["tf32"]["status"] == "waived" and by["cuda_graphs"]["status"] == "waived"
+    # The document stays valid against the schema and reads back with its trials.
+    loaded = compare.load_explanation(out)
+    assert {t.name for t in loaded.fixes} == set(by)
