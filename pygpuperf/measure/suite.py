@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 from typing import Callable, Iterable
 
 import torch
@@ -45,6 +48,7 @@ def plan(
     selection: Iterable[str] | None = None,
     quick: bool = False,
     everything: bool = False,
+    full: bool = False,
 ) -> list[PlannedProbe]:
     """Which probe runs on which backend, one entry per implementation variant.
 
@@ -54,6 +58,8 @@ def plan(
     `selection` holds names or dotted prefixes; one that matches nothing is a UsageError.
     Without a selection only the probes a backend runs by default are planned (collectives need
     several GPUs, or asking for on a CPU); `everything` plans every probe there is (for --list).
+    `full` tries every variant of every search (the default tries the ones that win on this
+    architecture: :func:`_default_search`).
     """
     if backend_choice not in BACKEND_CHOICES:
         raise UsageError(f"--backend {backend_choice}: choose one of {', '.join(BACKEND_CHOICES)}")
@@ -77,11 +83,50 @@ def plan(
                     f"unknown probe {pattern!r} for {device.type}; run 'python -m pygpuperf.roofline --list' to see names"
                 )
         planned = [p for p in planned if any(_matches(p.name, s) for s in selection)]
-    return [
+    expanded = [
         PlannedProbe(p.name, p.backend, variant)
         for p in planned
         for variant in (p.backend.variants(p.name, device, quick) if not p.backend.waiver(p.name, device) else [""])
     ]
+    return expanded if full or quick or everything else _default_search(expanded, device)
+
+
+@lru_cache(maxsize=1)
+def _variant_search() -> dict:
+    text = resources.files("pygpuperf").joinpath("data/variant_search.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _architecture(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{major}.{minor}"
+
+
+def _default_search(planned: list[PlannedProbe], device: torch.device) -> list[PlannedProbe]:
+    """The default suite: each variant search of this architecture tries the variants that won it, in
+    that order (data/variant_search.json), and the torch reference copies beside the native transfer
+    sweeps run at a few sizes; everything else, and any architecture not in the table, as planned."""
+    table = _variant_search()
+    order = table["searches"].get(_architecture(device) or "", {})
+    references = set(table["reference_sizes"]["sizes"])
+    native_transfers = {p.name for p in planned if p.name.startswith("transfer.") and p.backend.family == "native"}
+    kept = []
+    for p in planned:
+        wanted = order.get(p.name)
+        if wanted is not None and p.variant and p.variant not in wanted and \
+                any(q.name == p.name and q.variant in wanted for q in planned):
+            continue  # a variant that lost this search on this architecture
+        if p.name in native_transfers and p.backend.family != "native" and p.variant and p.variant not in references:
+            continue
+        kept.append(p)
+    # Each search tries its variants in the order they won; probes keep their place in the suite.
+    first = {}
+    for i, p in enumerate(kept):
+        first.setdefault((p.name, p.backend.family), i)
+    wins = {(name, v): rank for name, variants in order.items() for rank, v in enumerate(variants)}
+    return sorted(kept, key=lambda p: (first[(p.name, p.backend.family)], wins.get((p.name, p.variant), 0)))
 
 
 def run_one(probe: PlannedProbe, device: torch.device, settings: RunSettings) -> Measurement:
