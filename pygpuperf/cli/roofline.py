@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = cli.Parser(prog="python -m pygpuperf.roofline", description=__doc__.splitlines()[0])
     p.add_argument("--device", help="cpu, cuda, cuda:N, xpu, mps (default: first GPU, else CPU)")
     p.add_argument("--quick", action="store_true", help="fewer samples and smaller buffers")
+    p.add_argument("--full", action="store_true",
+                   help="try every variant of every search (the default tries the ones that win on this architecture)")
     cli.add_folder_flags(p, "output folder (default ./pygpuperf-results/<device>-<id>-<UTC time>-<run id>)",
                          resume=True)
     p.add_argument("--list", action="store_true", help="list probes for the device and exit (with --json: as JSON)")
@@ -175,13 +177,12 @@ def _measure(probes, device, settings, results: Results, checkpoint, console: Co
 
 
 def _run_model(name: str, args: argparse.Namespace, device, results: Results, out: Path, console: Console,
-               err: Console) -> tuple[list[Path], list[str]]:
+               err: Console) -> tuple[list[Path], dict]:
     """Time the model without the profiler, place it on the measured roofline, then profile its steps and
     attribute them (explain/ beside results.json), all on one build. Its findings join the run's.
-    Returns the files written and the report.html sections."""
+    Returns the files written and the documents report.html renders its sections from."""
     from pygpuperf.explain import explainer
     from pygpuperf.explain.model import Throughput
-    from pygpuperf.report.explain_html import explain_section_html
     from pygpuperf.workloads import get_workload, time_built
 
     workload = get_workload(name)
@@ -208,16 +209,15 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
                                         echo_findings=False)  # the run's summary lists them with the rest
     results.findings += explanation.findings
     timed.explanation = explainer.explanation_summary(explanation, "explain/explain.json")
-    sections = [explain_section_html(explanation, results)]
+    reported: dict = {"explanation": explanation}
     if args.predict:
-        paths, section = _predict_model(explanation, results, args.predict, folder, console)
+        paths, reported["predictions"] = _predict_model(explanation, results, args.predict, folder, console)
         written += paths
-        sections.append(section)
-    return written, sections
+    return written, reported
 
 
 def _predict_model(explanation, results: Results, cards: list[str], folder: Path,
-                   console: Console) -> tuple[list[Path], str]:
+                   console: Console) -> tuple[list[Path], list[dict]]:
     """The explained step re-priced on datasheet cards: prediction.json/png/html beside explain.json."""
     from pygpuperf import predict
     from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, load_model
@@ -249,13 +249,13 @@ def _model_fix(args: argparse.Namespace, exc: BaseException) -> str:
             f"{args.model or 'MODEL'} to see the error in full.")
 
 
-def _write_reports(results: Results, out: Path, sections: list[str]) -> list[Path]:
+def _write_reports(results: Results, out: Path, reported: dict) -> list[Path]:
     """results.json/csv, then each chart and report.html; a chart that fails leaves a finding, not a traceback."""
     written = list(documents.write_results(results, out).values())
     for label, write in (("the roofline chart", lambda: roofline_charts(results, out)),
                          ("the sweep chart", lambda: sweep_chart(results, out / "sweep.png")),
                          ("the datasheet chart", lambda: datasheet_chart(results, out / "datasheet.png")),
-                         ("report.html", lambda: write_html_report(results, out / "report.html", sections=sections))):
+                         ("report.html", lambda: write_html_report(results, out / "report.html", **reported))):
         try:
             made = write()
         except Exception as exc:  # the figures are safe in results.json already
@@ -288,7 +288,7 @@ def run(argv: list[str] | None = None) -> int:
     if args.resume is not None and args.out is not None:
         raise UsageError("--resume DIR writes into DIR: leave out --out")
     settings = _settings(args)
-    planned = suite.plan(device, args.backend, _selection(args.probes, device.type), quick=args.quick)
+    planned = suite.plan(device, args.backend, _selection(args.probes, device.type), quick=args.quick, full=args.full)
     choice = _model_choice(args, device.type)
     if args.predict:
         from pygpuperf.analyze import machine_model
@@ -330,14 +330,14 @@ def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, choic
     finally:
         results.meta["suite_seconds"] = round(time.monotonic() - started, 2)
     written_explain: list[Path] = []
-    sections: list[str] = []
+    reported: dict = {}  # the explained step's documents, for report.html
     try:
         conclude.conclude(results, str(device))
         results.findings = choice.findings + results.findings
         checkpoint()
         if choice.name and stopped is None:
             try:
-                written_explain, sections = _run_model(choice.name, args, device, results, out, out_console, err)
+                written_explain, reported = _run_model(choice.name, args, device, results, out, out_console, err)
             except KeyboardInterrupt as exc:
                 stopped = exc
             except Exception as exc:  # the probes stay measured: a finding says what failed and how to fix it
@@ -352,7 +352,7 @@ def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, choic
     if stopped is not None:
         results.meta["interrupted"] = True
         err.print(f"[yellow]{escape(str(stopped) or 'interrupted')}: writing what was measured[/yellow]")
-    written = _write_reports(results, out, sections) + written_explain
+    written = _write_reports(results, out, reported) + written_explain
     print_summary(results, out_console)
     if args.json:
         sys.stdout.write(documents.to_json(results) + "\n")

@@ -368,6 +368,25 @@ def save_figure(fig: Figure, *paths: Path) -> list[Path]:
     return written
 
 
+def save_and_inline(fig: Figure, prefix: str, *paths: Path) -> tuple[list[Path], str]:
+    """One drawing, written to each path (PNG or SVG by its suffix) and returned as inline <svg>
+    markup (see inline_svg): the SVG is rendered once in memory, and its files and the page get that
+    same text. Closes the figure."""
+    written = []
+    buffer = io.StringIO()
+    try:
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+        for path in map(Path, paths):
+            if path.suffix.lower() == ".svg":
+                path.write_text(buffer.getvalue(), encoding="utf-8")
+            else:
+                fig.savefig(path)
+            written.append(path)
+    finally:
+        plt.close(fig)
+    return written, inline_svg(buffer.getvalue(), prefix)
+
+
 def svg_markup(fig: Figure, prefix: str) -> str:
     """The figure as an <svg> element to inline in HTML (see inline_svg). Closes the figure."""
     buffer = io.StringIO()

@@ -11,10 +11,12 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
 from pygpuperf.analyze.hierarchy import sweep_series  # noqa: E402
 from pygpuperf.core.units import format_bytes  # noqa: E402
+from pygpuperf.report.chart import chart_style, svg_markup  # noqa: E402
 from pygpuperf.core.results import Results  # noqa: E402
 
 _MODE_LABELS = {
@@ -94,9 +96,9 @@ def _draw(ax: Axes, all_series: list[dict[str, Any]], unit: str, unnamed: str) -
     return sizes
 
 
-def sweep_chart(results: Results, path: Path) -> Path | None:
-    """Write sweep.png: bandwidth vs footprint per (backend, mode), knees marked and labelled,
-    and a latency panel when a latency sweep ran. Returns None when no sweep ran."""
+def sweep_figure(results: Results) -> Figure | None:
+    """Bandwidth vs footprint per (backend, mode), knees marked and labelled, and a latency panel
+    when a latency sweep ran; None when no sweep ran."""
     series = sweep_series(results.measurements)
     panels = [key for key in _PANELS if series[key]]
     if not panels:
@@ -111,6 +113,21 @@ def sweep_chart(results: Results, path: Path) -> Path | None:
         ax.set_xlabel(xlabel)
         ax.legend(fontsize=8, loc=corner)
     fig.tight_layout()
+    return fig
+
+
+def sweep_chart(results: Results, path: Path) -> Path | None:
+    """Write sweep.png (or the format the path's suffix names); None (nothing written) when no sweep ran."""
+    fig = sweep_figure(results)
+    if fig is None:
+        return None
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def sweep_svg(results: Results) -> str | None:
+    """The chart as inline <svg> markup, drawn in memory; None when no sweep ran."""
+    with chart_style("sweep"):
+        fig = sweep_figure(results)
+        return None if fig is None else svg_markup(fig, "sweep")
