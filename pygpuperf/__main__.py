@@ -1,6 +1,6 @@
 """`pygpuperf COMMAND ...` (also `python -m pygpuperf`): one entry point for every command.
 
-pygpuperf roofline | explain | predict | compare | collectives, each the same as its
+pygpuperf roofline | explain | predict | compare | collectives | fleet, each the same as its
 `python -m pygpuperf.<command>` form; with no command (or only flags) it runs roofline.
 """
 
@@ -17,6 +17,7 @@ COMMANDS = {
     "predict": ("pygpuperf.cli.predict", "re-price an explained step on another card"),
     "compare": ("pygpuperf.cli.compare", "ceilings of measured runs and datasheet cards side by side"),
     "collectives": ("pygpuperf.cli.collectives", "all_reduce/all_gather/reduce_scatter/broadcast bandwidth"),
+    "fleet": ("pygpuperf.cli.fleet", "validate every GPU of a node (or of many under torchrun) against the others"),
 }
 
 

@@ -1,0 +1,1 @@
+"""`python -m pygpuperf.fleet`: fleet validation, the command of pygpuperf.cli.fleet (see its docstring)."""
