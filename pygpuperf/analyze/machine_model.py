@@ -67,7 +67,7 @@ def machine_model(card_key: str) -> MachineModel:
     if "l2_cache_mib" in sizes:
         model.capacity["l2"] = Ceiling(sizes["l2_cache_mib"]["value"] * 2**20, "B",
                                        describe_source(sizes["l2_cache_mib"]), BACKEND)
-    for key, fact in (("compute_units", "multiprocessors"), ("clock_mhz", "boost_clock_mhz")):
+    for key, fact in (("compute_units", "multiprocessors"), ("clock_mhz", "boost_clock_mhz"), ("board_power_w", "tdp_w")):
         if fact in sizes:
             model.facts[key] = float(sizes[fact]["value"])
     if "memory_gb" in sizes:  # decimal GB: the smaller reading of a vendor's "80 GB"

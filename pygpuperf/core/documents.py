@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import pandas as pd
 
-from pygpuperf.core.results import Results
+from pygpuperf.core.results import Results, per_watt
 
 MAX_RESULTS_BYTES = 256 * 1024 * 1024
 
@@ -144,6 +144,8 @@ def to_frame(results: Results) -> pd.DataFrame:
                 "flops": m.flops,
                 "verified": m.verified,
                 "sm_clock_mhz": m.telemetry.median_sm_clock_mhz() if m.telemetry else None,
+                "energy_j": m.telemetry.energy_j if m.telemetry else None,
+                "value_per_watt": per_watt(m.value, m.telemetry),
                 "throttle_reasons": ";".join(m.telemetry.throttle_reasons) if m.telemetry else "",
                 "reason": m.reason,
                 "params": ";".join(f"{k}={v}" for k, v in sorted(m.params.items())),

@@ -100,9 +100,26 @@ class Telemetry:
     # Links slow down when idle, so their speed is only worth reading while a transfer runs.
     pcie_generation: list[float] = field(default_factory=list)
     pcie_width: list[float] = field(default_factory=list)
+    # Joules the device used over the probe: its total-energy counter where it has one, else the power
+    # samples integrated over the time; None where neither exists (a CPU without RAPL access, ...).
+    energy_j: float | None = None
+    energy_source: str = ""  # "energy counter" or "power integral"
+    seconds: float | None = None  # how long the sampled span lasted
 
     def median_sm_clock_mhz(self) -> float | None:
         return float(np.median(self.sm_clock_mhz)) if self.sm_clock_mhz else None
+
+    def mean_power_w(self) -> float | None:
+        """Average board power over the span: energy / time where both are known, else the samples' mean."""
+        if self.energy_j is not None and self.seconds:
+            return self.energy_j / self.seconds
+        return float(np.mean(self.power_w)) if self.power_w else None
+
+
+def per_watt(value: float, telemetry: Telemetry | None) -> float | None:
+    """A rate per watt of average board power (GB/s per W, TFLOP/s per W); None where power is not known."""
+    power = telemetry.mean_power_w() if telemetry else None
+    return value / power if power and math.isfinite(value) else None
 
 
 # A measurement parameter: a number where it counts something, text where it names something.
@@ -292,7 +309,8 @@ class MachineModel:
     capacity: dict[str, Ceiling] = field(default_factory=dict)  # "l2", "memory" -> bytes
     # Bytes per kernel against time, fitted as t = t0 + bytes / bandwidth per level ("hbm", "l2"): memory.size.sweep.
     memory_fits: dict[str, LinkFit] = field(default_factory=dict)
-    # Chip facts the kernel-time model needs: "compute_units" (multiprocessors), "clock_mhz" (boost clock).
+    # Chip facts the kernel-time model needs: "compute_units" (multiprocessors), "clock_mhz" (boost clock);
+    # "board_power_w" (the power limit) prices a prediction's energy.
     facts: dict[str, float] = field(default_factory=dict)
 
     def fill_capacity(self, device_meta: dict[str, Any], source: str = "device properties") -> None:
@@ -307,7 +325,8 @@ class MachineModel:
             value = device_meta.get(meta_key)
             if value and workers and key not in self.capacity:
                 self.capacity[key] = Ceiling(float(value) * workers, "B", f"{source}: {meta_key} x {workers}", "")
-        for key, meta_key in (("compute_units", "multiprocessor_count"), ("clock_mhz", "sm_clock_max_mhz")):
+        for key, meta_key in (("compute_units", "multiprocessor_count"), ("clock_mhz", "sm_clock_max_mhz"),
+                              ("board_power_w", "power_limit_w")):
             value = device_meta.get(meta_key)
             if value and key not in self.facts:
                 self.facts[key] = float(value)

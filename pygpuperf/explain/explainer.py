@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from pygpuperf.analyze.kernel_time import card_terms
+from pygpuperf.facts import nvml
 from pygpuperf.explain import accesses, attribution, costs, timeline, trace, words
 from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
 from pygpuperf.core.results import MachineModel, Stats
@@ -29,9 +30,12 @@ def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, s
     default_warmup, default_count = default_steps(device)
     for _ in range(default_warmup if warmup is None else warmup):
         step_fn()
-    timed = time_steps_with_memory(step_fn, device, default_count if steps is None else steps)
+    count = default_count if steps is None else steps
+    with nvml.sampling(device) as sampler:  # the device's energy over the timed steps, where it reports one
+        timed = time_steps_with_memory(step_fn, device, count)
+    energy = sampler.telemetry.energy_j if sampler.active else None
     return Throughput(Stats.of([x * 1e6 for x in timed.seconds]), samples_per_step, timed.peak_memory_bytes,
-                      timed.resident_memory_bytes)
+                      timed.resident_memory_bytes, energy / count if energy is not None and count else None)
 
 
 def _cost_records(step: trace.StepTrace, fixed_us: float = 0.0) -> dict[str, float]:
@@ -162,6 +166,9 @@ def summary_lines(explanation: Explanation) -> list[str]:
         lines.append(f"throughput {t.samples_per_s:,.0f} samples/s: step {t.step_us.median / 1e3:.2f} ms "
                      f"(p5 {t.step_us.p5 / 1e3:.2f}, p95 {t.step_us.p95 / 1e3:.2f}, CV {100 * t.step_us.cv:.1f}%, "
                      f"{t.step_us.n} steps without the profiler)")
+        lines.append(f"energy {t.joules_per_sample:.3g} J per sample ({t.energy_j_per_step / (t.step_us.median * 1e-6):,.0f} W "
+                     "average device power)" if t.joules_per_sample is not None
+                     else "energy: not available (the device reports no energy counter or power)")
     if line.profiler_overhead_us > 0:
         lines.append(f"profiled step {(line.wall_us + line.profiler_overhead_us) / 1e3:.2f} ms: "
                      f"{line.profiler_overhead_us / 1e3:.2f} ms of profiler overhead taken off idle time")

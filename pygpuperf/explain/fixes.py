@@ -261,7 +261,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
             trial.notes = list(getattr(built, "notes", []) or [])
             waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
             if name == "cuda_graphs" and waived.startswith("waived"):
-                trial.status, trial.reason = "waived", waived
+                trial.status, trial.reason = "waived", waived.removeprefix("waived").lstrip(": ")
         except Exception as exc:  # a failing fix is a result, not a crash
             trial.status, trial.reason = "failed", f"{type(exc).__name__}: {_one_line(exc)}"
         finally:

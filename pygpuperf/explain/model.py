@@ -119,18 +119,24 @@ class Throughput:
     samples_per_step: int
     peak_memory_bytes: float | None = None  # allocator peak during the timed steps
     resident_memory_bytes: float | None = None  # held between steps: weights, optimizer state, data
+    energy_j_per_step: float | None = None  # device energy over the timed steps / steps; None where not measured
 
     @property
     def samples_per_s(self) -> float:
         return self.samples_per_step / (self.step_us.median * 1e-6)
 
+    @property
+    def joules_per_sample(self) -> float | None:
+        return self.energy_j_per_step / self.samples_per_step if self.energy_j_per_step is not None else None
+
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "samples_per_s": self.samples_per_s}
+        return {**dataclasses.asdict(self), "samples_per_s": self.samples_per_s,
+                "joules_per_sample": self.joules_per_sample}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Throughput":
         return Throughput(Stats(**d["step_us"]), int(d["samples_per_step"]), d.get("peak_memory_bytes"),
-                          d.get("resident_memory_bytes"))
+                          d.get("resident_memory_bytes"), d.get("energy_j_per_step"))
 
 
 def fitting_batch(batch: int, peak: float | None, resident: float | None, capacity: float | None) -> int | None:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from pygpuperf.facts import links, nvml
+from pygpuperf.facts.nvml import query as _query
 
 # NVLink error counters by the nvidia-ml-py constant of each, under neutral names.
 _LINK_COUNTERS = (("NVML_NVLINK_ERROR_DL_REPLAY", "replay"), ("NVML_NVLINK_ERROR_DL_RECOVERY", "recovery"),
@@ -52,15 +53,6 @@ def empty_health(reason: str) -> dict[str, Any]:
         "sm_clock_max_mhz": None,
         "mig_enabled": None,
     }
-
-
-def _query(fn, *args) -> Any:
-    if fn is None:
-        return None
-    try:
-        return fn(*args)
-    except Exception:  # NVML raises for every field a device does not support
-        return None
 
 
 def _count(value: Any) -> int | None:

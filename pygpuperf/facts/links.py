@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import torch
 
 from pygpuperf.facts import nvml
+from pygpuperf.facts.nvml import query as _query
 
 # Payload rate per lane and direction (GB/s) by PCIe generation, after line encoding:
 # 8b/10b for Gen1-2 (2.5, 5 GT/s), 128b/130b for Gen3-5 (8, 16, 32 GT/s), and for Gen6
@@ -172,16 +173,6 @@ class PairLink:
     p2p_read: bool | None
     p2p_write: bool | None
     p2p_status: dict[str, str] = field(default_factory=dict)
-
-
-def _query(fn, *args) -> Any:
-    """An NVML call's answer, or None where the function is missing or the device does not support it."""
-    if fn is None:
-        return None
-    try:
-        return fn(*args)
-    except Exception:  # NVML raises for every field a device does not support
-        return None
 
 
 def _text(value: Any) -> str | None:

@@ -6,6 +6,7 @@ Everything degrades to "not available" on devices NVML does not manage.
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -66,11 +67,18 @@ def nvml_handle(device: torch.device) -> Any | None:
             return None
 
 
-def _safe(fn, *args, default=None):
+def query(fn, *args, default=None):
+    """An NVML call's answer, or `default` where the function is missing (an older driver or
+    nvidia-ml-py) or the device does not support it."""
+    if fn is None:
+        return default
     try:
         return fn(*args)
     except Exception:  # NVML raises for every field a device does not support
         return default
+
+
+_safe = query
 
 
 def throttle_reason_names(mask: int) -> list[str]:
@@ -130,6 +138,8 @@ class ClockSampler:
         self._thread: threading.Thread | None = None
         self.telemetry = Telemetry()
         self._reasons: set[str] = set()
+        self._started: float | None = None
+        self._energy_mj: int | None = None
 
     @property
     def active(self) -> bool:
@@ -163,8 +173,14 @@ class ClockSampler:
     def start(self) -> None:
         # No sample before the run: throttle bits still set by the previous probe would be blamed on this one.
         if self.active:
+            self._started = time.monotonic()
+            self._energy_mj = self._energy_counter()
             self._thread = threading.Thread(target=self._loop, name="pygpuperf-telemetry", daemon=True)
             self._thread.start()
+
+    def _energy_counter(self) -> int | None:
+        """The device's total energy since the driver loaded, mJ (Volta and later), or None."""
+        return _safe(getattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", None), self._handle)
 
     def stop(self) -> Telemetry | None:
         if not self.active:
@@ -174,7 +190,14 @@ class ClockSampler:
             self._thread.join()
         self._sample()
         self.telemetry.throttle_reasons = sorted(self._reasons)
-        return self.telemetry
+        t = self.telemetry
+        t.seconds = time.monotonic() - self._started if self._started is not None else None
+        end = self._energy_counter()
+        if self._energy_mj is not None and end is not None and end >= self._energy_mj:
+            t.energy_j, t.energy_source = (end - self._energy_mj) / 1e3, "energy counter"
+        elif t.power_w and t.seconds:
+            t.energy_j, t.energy_source = float(sum(t.power_w) / len(t.power_w)) * t.seconds, "power integral"
+        return t
 
 
 @contextmanager

@@ -77,6 +77,7 @@ class Prediction:
     confidence: str = ""  # the assumption that carries most of the predicted time
     source_samples_per_step: int | None = None  # the profiled batch (None: same as samples_per_step)
     carried_us: float = 0.0  # of step_us: the source's per-kernel residual above the model, carried over
+    target_power_w: float | None = None  # the target's board power limit: an upper bound on its draw
 
     @property
     def throughput(self) -> float:
@@ -100,7 +101,8 @@ class Prediction:
                 "ratio_to_source": self.ratio_to_source,
                 "waterfall": [{"category": c.category, "source_ms": c.source_us / 1e3, "target_ms": c.target_us / 1e3,
                                "delta_ms": c.delta_us / 1e3} for c in self.waterfall],
-                "carried_ms": self.carried_us / 1e3, "notes": self.notes, "confidence": self.confidence}
+                "carried_ms": self.carried_us / 1e3, "notes": self.notes, "confidence": self.confidence,
+                "target_power_w": self.target_power_w}
 
 
 # --------------------------------------------------------------------------- per kernel
@@ -334,7 +336,7 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
                       source_samples_per_step=batch, waterfall=waterfall, notes=text,
                       confidence=_confidence(waterfall, source, target, substituted,
                                              carried / target_total if target_total > 0 else 0.0),
-                      carried_us=carried)
+                      carried_us=carried, target_power_w=target.facts.get("board_power_w"))
 
 
 def _fitting(wanted: int, batch: int, peak: float | None, resident: float | None, target: MachineModel,
@@ -546,7 +548,21 @@ def samples_per_eur(prediction: Prediction, prices: dict[str, float]) -> float |
     return prediction.throughput * 3600 / price if price else None
 
 
+def per_thousand_samples(prediction: Prediction, per_second: float) -> float:
+    """What a rate per second (EUR/s, W) of the target comes to over 1,000 predicted samples."""
+    return per_second * prediction.step_us * 1e-6 * 1000 / prediction.samples_per_step
+
+
 def prediction_documents(predictions: Sequence[Prediction], prices: dict[str, float]) -> list[dict[str, Any]]:
-    """What prediction.json and --json hold: each prediction, with its price and samples per euro where given."""
-    return [p.to_dict() | ({"eur_per_hour": prices[p.target], "samples_per_eur": samples_per_eur(p, prices)}
-                           if p.target in prices else {}) for p in predictions]
+    """What prediction.json and --json hold: each prediction, with its price, samples per euro and cost per
+    1,000 samples where a price is given, and the energy of 1,000 samples at the target's board power."""
+    docs = []
+    for p in predictions:
+        doc = p.to_dict()
+        if p.target in prices:
+            doc |= {"eur_per_hour": prices[p.target], "samples_per_eur": samples_per_eur(p, prices),
+                    "eur_per_1000_samples": per_thousand_samples(p, prices[p.target] / 3600)}
+        if p.target_power_w:
+            doc["joules_per_1000_samples"] = per_thousand_samples(p, p.target_power_w)
+        docs.append(doc)
+    return docs
