@@ -500,7 +500,8 @@ def _judge_health(j: _Judge, thresholds: Thresholds, findings: list[dict[str, An
         j.fail.append("row remapping pending")
         findings.append(_finding("error", "row_remap", f"{label(doc)}: a row remapping is pending: the memory "
                                  "runs with a bad row until the GPU is reset.",
-                                 "Drain the GPU and reset it (nvidia-smi -r) to apply the remap.",
+                                 "Drain the GPU and reset it (with the vendor tool, e.g. nvidia-smi -r on NVIDIA "
+                                 "cards) to apply the remap.",
                                  [rank], host, None, {"row_remapping": remap}))
     pages = h.get("retired_pages") or {}
     if pages.get("pending"):
@@ -608,7 +609,7 @@ def _link_findings(hosts: Sequence[dict[str, Any]], collectives: Sequence[dict[s
             findings.append(_finding("error", "p2p", f"Host {host.get('host')}: {len(low)} GPU pair(s) copy below "
                                      f"{transfers.LINK_EFFICIENCY_FLOOR:.0%} of their link's rate or fail: " +
                                      ", ".join(f"GPU {p.replace('.', '->')} {_fmt(f.get('value'))} GB/s" for p, f, _ in low[:8]) + ".",
-                                     "Check the GPU links (nvidia-smi nvlink -s) or the PCIe topology between "
+                                     "Check the GPU links (the vendor tool, e.g. nvidia-smi nvlink -s) or the PCIe topology between "
                                      "those GPUs.", host=str(host.get("host")),
                                      evidence={"pairs": {p: {"value": f.get("value"), "expected_gbs": e}
                                                          for p, f, e in low[:MAX_NAMED]}}))
@@ -752,7 +753,7 @@ def _fleet_findings(stats: dict[str, Any], thresholds: Thresholds, noisy: dict[i
                             ranks, evidence={"reason": reason}))
     if power:
         out.append(_finding("warning", "power_limit", f"{len(power)} GPU(s) run with a power limit below their "
-                            f"default: {_names(power, docs)}.", "Restore the default limit (nvidia-smi -pl) "
+                            f"default: {_names(power, docs)}.", "Restore the default limit (the vendor tool, e.g. nvidia-smi -pl) "
                             "unless it was lowered on purpose.", power,
                             evidence={str(r): {"limit_w": docs[r]["health"]["power_limit_w"],
                                                "default_w": docs[r]["health"]["power_limit_default_w"]}
