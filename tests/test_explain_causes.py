@@ -176,3 +176,23 @@ def test_idle_causes_share_one_cuda_graph_fix_and_split_the_parts_honestly():
     synced = explanation([k("memory_bound", 10, nbytes=1e3)], Idle(host_bound_us=30.0, sync_us=10.0))
     result = causes.step_causes(synced.median.kernels, synced.median.timeline, gpu_model(), device="cuda:0")
     assert not [c for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs"]
+
+
+def test_a_well_shaped_convolution_splits_its_excess_into_the_library_rate_and_the_kernel_choice():
+    m = gpu_model()
+    m.compute["library.fp16"] = Ceiling(400.0, "TFLOP/s", "compute.library.fp16", "torch-cuda")  # half the 800
+    conv = k("tensor_gemm", 40.0, "aten::cudnn_convolution", "fp16.acc32", 8e9, 1e6, "layer1.0.conv1",
+             name="sm90_xmma_fprop_implicit_gemm_f16f16_f16f32")  # bound 10 us at 800 TFLOP/s, 20 us at 400
+    records = [conv, k("memory_bound", 10.0, nbytes=47e6)]
+    e = explanation(records)
+    findings.explain_findings(e, {"memory_format": "nchw", "batch_size": "8"}, m)
+    ids = {c.id: c for c in e.causes.items}
+    library, choice = ids["library_rate"], ids["kernel_choice.convolution"]
+    assert library.us == pytest.approx(10.0, rel=0.1)  # the bound at the library's rate minus the one at 800
+    assert library.us + choice.us == pytest.approx(30.0, rel=0.1)  # the whole excess of the kernel is named
+    assert "channels_last" in choice.advice and "NCHW" in choice.advice
+    assert library.evidence["ceilings"]["fp16.acc32"] == {"instruction": 800.0, "library": 400.0, "unit": "TFLOP/s"}
+    e2 = explanation([k("tensor_gemm", 40.0, "aten::cudnn_convolution", "fp16.acc32", 8e9, 1e6, "layer1.0.conv1")])
+    findings.explain_findings(e2, {"memory_format": "channels_last", "cudnn_benchmark": "on"}, m)
+    advice = {c.id: c.advice for c in e2.causes.items}["kernel_choice.convolution"]
+    assert "channels_last" not in advice and "benchmark" not in advice

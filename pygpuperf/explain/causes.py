@@ -179,6 +179,20 @@ def _shape_cause(record: KernelRecord, timing: Any, units: int | None) -> tuple[
     return None
 
 
+def _library_gap(record: KernelRecord, part: attribution.KernelPart, model: MachineModel, exclusive_us: float) -> float:
+    """µs of a tensor-core kernel's time above its bound that the gap between the instruction-level ceiling
+    and the library's best measured GEMM of that precision accounts for (the bound uses the former)."""
+    timing = part.timing
+    instruction = model.matrix_ceiling(record.precision)
+    library = model.matrix_ceiling(record.precision, prefer_library=True)
+    if timing is None or instruction is None or library is None or record.duration_us <= 0:
+        return 0.0
+    ratio = instruction[1].value / library[1].value if library[1].value > 0 else 1.0
+    if ratio <= 1 or timing.compute_us < timing.memory_us:
+        return 0.0
+    return timing.compute_us * (ratio - 1) * exclusive_us / record.duration_us
+
+
 def _layout_cause(record: KernelRecord, neighbours: Sequence[KernelRecord], convolutions: bool) -> str:
     if convolutions and (_NHWC_NAME.search(record.name) or _CONV.search(record.op) or _CONV.search(record.module)):
         return "layout.nchw_nhwc"
@@ -270,6 +284,13 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
             found = _shape_cause(r, p.timing, units)
             if found:
                 take(found[0], i, p.over_us, **found[1])
+            else:  # a well-shaped GEMM: the part of its excess the library's own measured rate explains
+                gap = min(_library_gap(r, p, model, exclusive[i]), p.over_us)
+                if gap > 0:
+                    take("library_rate", i, gap)
+                if p.over_us - gap > 0:  # the rest: this kernel below the library's best for its precision
+                    kind_of_kernel = "convolution" if _CONV.search(r.op or "") else "gemm"
+                    take(f"kernel_choice.{kind_of_kernel}", i, p.over_us - gap)
         elif p.part == PART_FALLBACK:
             precision = r.precision.split(".", 1)[0]
             if gpu and precision == "fp32" and not re.search(r"depthwise|conv_depthwise|grouped", r.name, re.I):
@@ -341,6 +362,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
 _PART_OF = {
     "small_kernels": PART_FIXED, "shape.split_k": PART_TENSOR, "shape.misaligned": PART_TENSOR,
     "shape.skinny": PART_TENSOR, "waves.few_tiles": PART_TENSOR, "shape.tile_quantization": PART_TENSOR,
+    "library_rate": PART_TENSOR, "kernel_choice.convolution": PART_TENSOR, "kernel_choice.gemm": PART_TENSOR,
     "precision.fp32_no_tf32": PART_FALLBACK, "shape.depthwise": PART_FALLBACK, "cpu.simd_under_use": PART_FALLBACK,
     "unfused_chain": PART_MEMORY, "shape.gemv": PART_MEMORY, "optimizer.unfused": PART_MEMORY,
     "bandwidth": PART_MEMORY, "layout.nchw_nhwc": PART_LAYOUT, "layout.attention_heads": PART_LAYOUT,
@@ -412,6 +434,39 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
                 full = t.fixed_us + max(t.compute_us * t.wave_efficiency, t.memory_us)
                 new[i] = records[i].duration_us * full / t.total_us
         fix = _fix("full_waves", "full waves", _saved(records, exclusive, idx, new), wall)
+    elif cause_id == "library_rate":
+        precisions = sorted({records[i].precision for i in idx})
+        rates = {}
+        for precision in precisions:
+            instruction = pricing.model.matrix_ceiling(precision)
+            library = pricing.model.matrix_ceiling(precision, prefer_library=True)
+            if instruction and library:
+                rates[precision] = {"instruction": round(instruction[1].value, 1), "library": round(library[1].value, 1),
+                                    "unit": library[1].unit}
+        evidence["ceilings"] = rates
+        title = (f"Well-shaped GEMM/convolution {unit} take {pct} above their bound that the libraries' own rate "
+                 "accounts for: the best GEMM the library runs on this card reaches "
+                 + ", ".join(f"{100 * r['library'] / r['instruction']:.0f}% of the {p} instruction rate"
+                             for p, r in rates.items()) + ".")
+        advice = ("Little to gain from the model side: larger GEMMs (batch, hidden size) get closer to the library's "
+                  "best; a lower precision the card has (bf16/fp8) raises the rate itself.")
+    elif cause_id.startswith("kernel_choice."):
+        conv = cause_id.endswith("convolution")
+        nchw = str(settings.get("memory_format", "")).lower() in ("nchw", "contiguous_format")
+        benchmark = str(settings.get("cudnn_benchmark", "")).lower()
+        achieved = [records[i].flops / (records[i].duration_us * 1e-6) / 1e12 for i in idx if records[i].duration_us > 0]
+        evidence["median_tflops"] = round(sorted(achieved)[len(achieved) // 2], 1) if achieved else None
+        title = (f"{'Convolution' if conv else 'GEMM'} {unit} run below the library's best rate for their precision "
+                 f"(median {evidence['median_tflops']} TFLOP/s) for {pct} beyond what shape and the library's rate explain.")
+        if conv and nchw:
+            advice = ("The convolutions run in NCHW, where cuDNN's tensor-core kernels are slower and need transposes: "
+                      "put the model and its inputs in channels_last (the layout cause predicts what that buys).")
+        elif conv and benchmark not in ("on", "true", "1"):
+            advice = ("cudnn.benchmark is off, so cuDNN picked these kernels by heuristic: turn it on to time its "
+                      "algorithms once per shape.")
+        else:
+            advice = ("The library's kernel for these shapes is what runs; larger or rounder dimensions (multiples of "
+                      "128) or a lower precision let it pick faster ones.")
     elif cause_id == "waves.few_tiles":
         title = (f"GEMM/convolution {unit} with fewer tiles than half the card's {units} multiprocessors take {pct} "
                  "above their bound: most multiprocessors idle.")
