@@ -14,7 +14,6 @@ and finds the largest batch that fits in memory.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -291,7 +290,7 @@ def _compare_into(out: Path, args: argparse.Namespace, device: torch.device, mod
     say("== comparison")
     say("\n".join(comparison.summary_lines()))
     path = out / "compare.json"
-    documents.atomic_write(path, json.dumps(comparison.to_dict(), indent=1, default=str))
+    documents.write_document(path, comparison.to_dict(), "compare", "compare.json")
     if args.json:
         sys.stdout.write(path.read_text(encoding="utf-8") + "\n")
     print("wrote " + ", ".join(str(p) for p in [*paths, path]), file=sys.stderr)
@@ -309,7 +308,7 @@ def _run_batch_sweep(args: argparse.Namespace, device: torch.device) -> int:
         sweep = batch.batch_sweep(lambda size: _build_with(args.target, device, size, dict(knobs)), sizes, device)
         _echo(args)("\n".join(sweep.summary_lines()))
         path = folder.path / "batch_sweep.json"
-        documents.atomic_write(path, json.dumps(sweep.to_dict(), indent=1, default=str))
+        documents.write_document(path, sweep.to_dict(), "batch_sweep", "batch_sweep.json")
     if args.json:
         sys.stdout.write(path.read_text(encoding="utf-8") + "\n")
     print(f"wrote {path}", file=sys.stderr)
