@@ -371,3 +371,18 @@ def test_each_published_figure_is_priced_from_the_profile_of_its_workload_and_se
     bert = profile(workload="bert-base-squad-train", amp="fp16")
     assert profile_for(unnamed, [bert, nhwc]) is None  # a figure of no named workload is not priced from BERT
     assert profile_for(unnamed, [nhwc, nchw]) is nhwc  # profiles of one workload: the figure is of it
+
+
+def test_the_latency_residual_carries_a_kernels_excess_as_time_not_as_a_fraction():
+    """The GEMM is bounded at 1 ms and took 2 ms. On a card with half the tensor rate the proportional
+    reading keeps 50 % of the bound (4 ms); the latency reading adds the 1 ms excess to the 2 ms bound (3 ms),
+    scaled by the clock ratio when the clocks differ."""
+    slow = _model(fp16_acc32=50.0)
+    proportional = predict(_profile(), _model(), slow)
+    latency = predict(_profile(), _model(), slow, residual="latency")
+    assert _by(proportional, TENSOR_GEMM)[1] == pytest.approx(4000.0)
+    assert _by(latency, TENSOR_GEMM)[1] == pytest.approx(3000.0)
+    fast_clock, slow_clock = _model(), _model(fp16_acc32=50.0)
+    fast_clock.facts["clock_mhz"], slow_clock.facts["clock_mhz"] = 2000.0, 1000.0
+    assert _by(predict(_profile(), fast_clock, slow_clock, residual="latency"), TENSOR_GEMM)[1] == pytest.approx(4000.0)
+    assert predict(_profile(), _model(), _model(), residual="latency").step_us == pytest.approx(10000.0)

@@ -18,7 +18,7 @@ from pygpuperf.core.errors import UsageError
 from pygpuperf.explain.compare import load_explanation
 from pygpuperf.explain.model import Explanation
 from pygpuperf.analyze.machine_model import LoadedModel, load_model
-from pygpuperf.predict import (Prediction, _unprofiled_step_us, predict, prediction_documents,
+from pygpuperf.predict import (RESIDUALS, Prediction, _unprofiled_step_us, predict, prediction_documents,
                                samples_per_eur, validate, validation_table)
 
 
@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-memory-gb", type=float, help="memory the step needs (default: the profile's peak)")
     p.add_argument("--source-step-ms", type=float,
                    help="step time without the profiler, for profiles that do not record it")
+    p.add_argument("--residual", choices=RESIDUALS, default=RESIDUALS[0],
+                   help="how each kernel's time beyond the kernel-time model reaches the target: proportional (the "
+                        "same fraction of its bound, default) or latency (the same time, scaled by the clock ratio)")
     p.add_argument("--validate", type=Path, help="published figures (JSON) to check predicted ratios against")
     p.add_argument("--out", type=cli.folder_argument,
                    help="folder for prediction.json, prediction.png/.svg and prediction.html (and the validation table)")
@@ -138,7 +141,7 @@ def _predict_and_write(args: argparse.Namespace, profiles: list[Explanation], so
         except documents.ResultsFileError as exc:
             raise UsageError(f"--validate {exc}") from None
         text = validation_table(validate(profile if len(profiles) == 1 else profiles, source, published,
-                                         source_step_us=step_us), source.name)
+                                         source_step_us=step_us, residual=args.residual), source.name)
         print(text)
         if out:
             (out / "prediction-validation.txt").write_text(text + "\n", encoding="utf-8")
@@ -152,7 +155,8 @@ def _predict_and_write(args: argparse.Namespace, profiles: list[Explanation], so
         predictions.append(predict(profile, source.model, target.model, samples_per_step=args.samples_per_step,
                                    peak_memory_bytes=peak, source_step_us=step_us, source_name=source.name,
                                    target_name=name, batch_size=args.batch_size,
-                                   host_step_us=args.host_step_ms * 1e3 if args.host_step_ms else None))
+                                   host_step_us=args.host_step_ms * 1e3 if args.host_step_ms else None,
+                                   residual=args.residual))
     predictions.sort(key=lambda p: -p.throughput)
     if args.json:
         print(json.dumps(prediction_documents(predictions, prices), indent=1))

@@ -10,7 +10,14 @@ residual ``r = (measured - fixed) / work`` on the source, is carried over as a n
     target time = fixed(target) + work(target) x r
 
 so a kernel that reached 60 % of its work bound on the source does so on the target, and the part of
-the predicted step that this carries is reported (``Prediction.carried_us``). Kernels without a bound
+the predicted step that this carries is reported (``Prediction.carried_us``). With
+``residual="latency"`` the excess is carried as time instead, scaled by the clock ratio:
+
+    target time = fixed(target) + work(target) + (measured - fixed - work)(source) x clock(source) / clock(target)
+
+the reading that what a kernel spends beyond its roofline is latency-like (pipeline fill, tails,
+dependent steps), which a slower card's longer work hides. Neither reading is validated: both are
+reported against the published tables. Kernels without a bound
 keep their time. A dtype the target lacks runs as a substitute (bf16 as fp16 on a V100, TF32 as fp32
 on the vector units). Idle time: launch gaps scale with the device's gap between back-to-back
 kernels; host-bound idle and synchronization stay as measured (same host, driver and framework),
@@ -197,8 +204,11 @@ class _KernelPrice:
     note: str | None
 
 
+RESIDUALS = ("proportional", "latency")  # how the source's excess over the model reaches the target
+
+
 def _price(record: KernelRecord, source: _Pricing, target: _Pricing, scale: float,
-           resident: dict[int, float]) -> _KernelPrice:
+           resident: dict[int, float], residual_mode: str = "proportional") -> _KernelPrice:
     """The kernel's time on the target at `scale` times the batch (see the module's formula)."""
     grows = record.phase in _GROWS_WITH_BATCH
     before = source.timing(record)
@@ -209,9 +219,17 @@ def _price(record: KernelRecord, source: _Pricing, target: _Pricing, scale: floa
     if after is None:
         return _KernelPrice(record.duration_us, 0.0,
                             f"{record.kernel_class} kernels the target model has no ceiling for keep their time")
+    if residual_mode == "latency":
+        excess = max(record.duration_us - before.fixed_us - before.work_us, 0.0) * (scale if grows else 1.0)
+        excess *= _clock(source.model) / _clock(target.model) if _clock(source.model) and _clock(target.model) else 1.0
+        return _KernelPrice(after.fixed_us + after.work_us + excess, excess, note)
     residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
     time = after.fixed_us + after.work_us * residual
     return _KernelPrice(time, after.work_us * max(residual - 1.0, 0.0), note)
+
+
+def _clock(model: MachineModel) -> float | None:
+    return model.facts.get("clock_mhz")
 
 
 # --------------------------------------------------------------------------- the step
@@ -253,7 +271,7 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
             samples_per_step: int | None = None, peak_memory_bytes: float | None = None,
             resident_memory_bytes: float | None = None, source_step_us: float | None = None,
             source_name: str = "", target_name: str = "", batch_size: int | None = None,
-            host_step_us: float | None = None) -> Prediction:
+            host_step_us: float | None = None, residual: str = "proportional") -> Prediction:
     """The profiled median step priced on `target`, kernel by kernel (see the module's note).
 
     `source` is the machine model the profile was taken on (the same model as `target` for a batch
@@ -288,7 +306,7 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     target_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)
     for record, share in zip(records, attribution.exclusive_times(records)):
         cls = record.kernel_class if record.kernel_class in KERNEL_CLASSES else OTHER
-        price = _price(record, source_side, target_side, scale, resident)
+        price = _price(record, source_side, target_side, scale, resident, residual)
         factor = price.time_us / record.duration_us if record.duration_us > 0 else 1.0
         source_cat[cls] += share
         target_cat[cls] += share * factor
@@ -453,7 +471,7 @@ def _setting(value: Any) -> str:
 
 
 def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel, published: dict[str, Any], *,
-             source_step_us: float | None = None) -> list[ValidationGroup]:
+             source_step_us: float | None = None, residual: str = "proportional") -> list[ValidationGroup]:
     """Predicted vs published throughput ratios, per group of the document.
 
     With one profile, the document's `precision` figures are priced from it. With several, each figure
@@ -493,7 +511,7 @@ def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel,
             if key not in cache:  # at the figure's batch where it names one: the model moves the step there
                 target = load_model(DATASHEET_PREFIX + slug)
                 cache[key] = predict(profile, source.model, target.model, source_step_us=source_step_us,
-                                     batch_size=f.get("batch_size")).throughput
+                                     batch_size=f.get("batch_size"), residual=residual).throughput
             predicted[f["card"]] = cache[key]
         figure = {f["card"]: float(f["samples_per_s"]) for f, _ in usable}
         rows = [ValidationRow(c, figure[c], figure[c] / figure[reference], predicted[c],
