@@ -1,53 +1,84 @@
 """Predicted against measured for every fix --try-fixes measured, from explain.json files.
 
-    python benchmarks/fix_table.py OUT.json EXPLAIN.json [EXPLAIN.json ...]
+    python benchmarks/fix_table.py OUT.json EXPLAIN.json [...] [--machine-model RESULTS.json]
 
 A fix's error is |predicted - measured| step time as a share of the measured change (baseline -
-measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample.
+measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. A change
+within twice the baseline's CV is "no measurable change": a prediction then counts as right when it
+is as close to the measurement as the noise. With --machine-model the predictions are made again from
+each recorded profile by the current kernel model (the measurements are as recorded).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
+from pygpuperf.core import documents
+from pygpuperf.explain import attribution, findings, fixes
+from pygpuperf.explain.compare import load_explanation
 
-def rows(path: Path) -> list[dict]:
+
+def _repredicted(path: Path, model) -> dict[str, float | None]:
+    e = load_explanation(path)
+    attribution.assign_bounds(e.median.kernels, model, e.calls)
+    findings.explain_findings(e, e.settings, model)  # sets the causes and their fixes
+    samples = e.throughput.samples_per_step if e.throughput else None
+    return {f.name: fixes.predicted_step(e, model, f.name, f.knobs, samples) for f in e.fixes}
+
+
+def rows(path: Path, model=None) -> list[dict]:
     doc = json.loads(path.read_text(encoding="utf-8"))
     workload = doc.get("settings", {}).get("workload") or path.parent.name
+    cv = ((doc.get("throughput") or {}).get("step_us") or {}).get("cv") or 0.0
+    again = _repredicted(path, model) if model is not None else {}
     out = []
     for fix in doc.get("fixes") or []:
         row = {"workload": workload, "fix": fix["name"], "status": fix["status"], "reason": fix.get("reason", "")}
-        base, measured, predicted = fix.get("baseline_step_us"), fix.get("measured_step_us"), fix.get("predicted_step_us")
+        base, measured = fix.get("baseline_step_us"), fix.get("measured_step_us")
+        predicted = again.get(fix["name"], fix.get("predicted_step_us")) if model is not None else fix.get("predicted_step_us")
         if fix["status"] == "measured" and base and measured:
             scale = (fix.get("baseline_samples_per_step") or 1) / (fix.get("samples_per_step") or 1)
             measured, predicted = measured * scale, (predicted * scale if predicted is not None else None)
-            change = base - measured
+            change, noise = base - measured, 2 * cv * base
             row.update(baseline_ms=base / 1e3, measured_ms=measured / 1e3, predicted_ms=None if predicted is None
-                       else predicted / 1e3, measured_change_ms=change / 1e3)
-            if predicted is not None and abs(change) > 0:
-                row["error_share_of_change"] = abs(predicted - measured) / abs(change)
+                       else predicted / 1e3, measured_change_ms=change / 1e3, noise_ms=noise / 1e3,
+                       measurable=abs(change) > noise)
+            if predicted is not None:
+                miss = abs(predicted - measured)
+                row["error_share_of_change"] = miss / abs(change) if change else None
+                row["right"] = miss <= (0.25 * abs(change) if abs(change) > noise else noise)
         out.append(row)
     return out
 
 
 def main() -> int:
-    out = Path(sys.argv[1])
-    table = [r for p in sys.argv[2:] for r in rows(Path(p))]
-    out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
-    scored = [r for r in table if "error_share_of_change" in r]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("explains", type=Path, nargs="+")
+    parser.add_argument("--machine-model", type=Path)
+    args = parser.parse_args()
+    model = documents.load_results(args.machine_model).machine_model if args.machine_model else None
+    table = [r for p in args.explains for r in rows(p, model)]
+    args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     for r in table:
         if "measured_ms" in r:
-            print(f"{r['workload']:28s} {r['fix']:22s} {r['baseline_ms']:9.2f} -> {r['measured_ms']:9.2f} ms measured, "
-                  + (f"{r['predicted_ms']:9.2f} predicted, error {100 * r['error_share_of_change']:.0f}% of the change"
-                     if "error_share_of_change" in r else "no prediction"))
+            verdict = ("no prediction" if r["predicted_ms"] is None else
+                       f"{r['predicted_ms']:9.2f} predicted, {'right' if r['right'] else 'wrong'}"
+                       + (f" ({100 * r['error_share_of_change']:.0f}% of the change)" if r["measurable"] else
+                          " (no measurable change)"))
+            print(f"{r['workload']:28s} {r['fix']:18s} {r['baseline_ms']:8.2f} -> {r['measured_ms']:8.2f} ms measured, "
+                  + verdict)
         else:
-            print(f"{r['workload']:28s} {r['fix']:22s} {r['status']}: {r['reason'][:90]}")
-    within = sum(r["error_share_of_change"] <= 0.25 for r in scored)
-    print(f"{len(scored)} fix x workload pairs with a prediction; {within} within 25 % of the measured change")
+            print(f"{r['workload']:28s} {r['fix']:18s} {r['status']}: {r['reason'][:90]}")
+    scored = [r for r in table if r.get("predicted_ms") is not None and "right" in r]
+    measurable = [r for r in scored if r["measurable"]]
+    print(f"{len(scored)} fix x workload pairs with a prediction, {sum(r['right'] for r in scored)} right; "
+          f"{len(measurable)} with a change beyond the noise, {sum(r['right'] for r in measurable)} of those within "
+          "25 % of the measured change")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

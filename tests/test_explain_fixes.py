@@ -97,3 +97,20 @@ def test_try_fixes_on_a_cpu_user_step_end_to_end(tmp_path):
     # The document stays valid against the schema and reads back with its trials.
     loaded = compare.load_explanation(out)
     assert {t.name for t in loaded.fixes} == set(by)
+
+
+def test_a_precision_fix_no_cause_names_is_priced_on_the_kernels_it_changes():
+    """TF32 on: an FP32 matmul on the CUDA cores (1e7 FLOP, bounded at 100 us by 0.1 TFLOP/s, measured 100 us)
+    is re-priced on the TF32 tensor cores at 1 TFLOP/s, keeping its measured residual; a step whose matmuls
+    already run in fp16 is predicted unchanged, and cudnn.benchmark, which the model cannot price, gets none."""
+    m = MachineModel(device="cuda:0")
+    m.compute["cuda.fp32"] = Ceiling(0.1, "TFLOP/s", "compute.cuda.fp32", "t")  # 1e7 FLOP -> 100 us bound
+    m.compute["tensor.tf32.acc32"] = Ceiling(1.0, "TFLOP/s", "compute.tensor.tf32.acc32", "t")  # -> 10 us
+    m.memory["hbm"] = Ceiling(1000.0, "GB/s", "memory.hbm.copy", "t")
+    e = _explanation("cuda:0")
+    predicted = fixes.predicted_step(e, m, "tf32", {"tf32": "on"}, 4, by_cause={})
+    assert 50.0 < predicted < 150.0 - 50.0  # the 100 us kernel shrinks toward 10 us; the 50 us idle stays
+    half = _explanation("cuda:0")
+    half.median.kernels[0].kernel_class, half.median.kernels[0].precision = "tensor_gemm", "fp16.acc32"
+    assert fixes.predicted_step(half, m, "tf32", {"tf32": "on"}, 4, by_cause={}) == 150.0
+    assert fixes.predicted_step(e, m, "cudnn_benchmark", {"cudnn_benchmark": "on"}, 4, by_cause={}) is None

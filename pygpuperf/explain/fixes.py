@@ -19,7 +19,7 @@ import torch
 
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import causes, explainer, words
-from pygpuperf.explain.model import TENSOR_GEMM, Explanation, Throughput
+from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
 
 # What --try-fixes tries, in this order.
@@ -95,25 +95,68 @@ def _predictions(explanation: Explanation) -> dict[str, float]:
     return out
 
 
+def _predicted_by(explanation: Explanation, model: MachineModel,
+                  change: Callable[[KernelRecord], KernelRecord | None]) -> float | None:
+    """The step with each kernel `change` returns re-priced by the kernel model (keeping its measured
+    residual); kernels it returns None for, and the idle time, stay as measured."""
+    from pygpuperf.explain import attribution
+
+    records = explanation.median.kernels
+    if not records:
+        return None
+    pricing = causes._Pricing(model, attribution.reuse_shares(explanation.calls, model),
+                              attribution.bound_terms(records, model))
+    delta = 0.0
+    for r, share in zip(records, attribution.exclusive_times(records)):
+        changed = change(r) if r.duration_us > 0 else None
+        if changed is not None:
+            delta += share * (pricing.reprice(r, changed, cap=False) / r.duration_us - 1.0)
+    return explanation.median.timeline.wall_us + delta
+
+
 def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
     """The step at `scale` times the batch by the kernel model: forward and backward kernels' work scales
     (each keeps its measured residual), the rest and the idle time stay as measured."""
-    step = explanation.median
-    records = step.kernels
-    if not records:
-        return None
-    from pygpuperf.explain import attribution
+    return _predicted_by(explanation, model, lambda r: dataclasses.replace(r, flops=r.flops * scale, bytes=r.bytes * scale)
+                         if r.phase in ("forward", "backward") else None)
 
-    pricing = causes._Pricing(model, attribution.reuse_shares(explanation.calls, model),
-                              attribution.bound_terms(records, model))
-    wall = step.timeline.wall_us
-    delta = 0.0
-    for r, share in zip(records, attribution.exclusive_times(records)):
-        if r.phase not in ("forward", "backward") or r.duration_us <= 0:
-            continue
-        bigger = dataclasses.replace(r, flops=r.flops * scale, bytes=r.bytes * scale)
-        delta += share * (pricing.reprice(r, bigger, cap=False) / r.duration_us - 1.0)
-    return wall + delta
+
+_MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+
+
+def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
+    """How a precision fix changes a kernel, as the kernel model prices it (None: not a precision fix)."""
+    def tf32(r: KernelRecord) -> KernelRecord | None:
+        if r.kernel_class == VECTOR_MATH and r.precision == "fp32" and r.flops > 0 and (
+                r.op in _MATMUL or "conv" in r.op.lower()):
+            return dataclasses.replace(r, kernel_class=TENSOR_GEMM, precision="tf32.acc32")
+        return None
+
+    def fp16_accumulation(r: KernelRecord) -> KernelRecord | None:  # cuBLAS only: convolutions keep theirs
+        if r.kernel_class == TENSOR_GEMM and r.precision == "fp16.acc32" and r.op in _MATMUL:
+            return dataclasses.replace(r, precision="fp16.acc16")
+        return None
+
+    def other_amp(r: KernelRecord) -> KernelRecord | None:
+        if r.kernel_class == TENSOR_GEMM and r.precision.startswith(("fp16", "bf16")):
+            return dataclasses.replace(r, precision="bf16.acc32" if amp != "bf16" else "fp16.acc32")
+        return None
+
+    return {"tf32": tf32, "fp16_accumulation": fp16_accumulation, "amp": other_amp}.get(name)
+
+
+def predicted_step(explanation: Explanation, model: MachineModel, name: str, knobs: Mapping[str, str],
+                   samples_per_step: int | None, by_cause: Mapping[str, float] | None = None) -> float | None:
+    """The step (µs) the kernel model predicts after fix `name`: a batch change re-priced at the new batch,
+    else the causes' prediction of that fix, else a precision fix priced on the kernels it changes."""
+    if name == "batch_size" and knobs and samples_per_step:
+        return predicted_at_batch(explanation, model, int(knobs["batch_size"]) / samples_per_step)
+    found = (by_cause if by_cause is not None else _predictions(explanation)).get(
+        "compile" if name.startswith("compile") else name)
+    change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
+    if found is None and change is not None:  # no cause named it: price the change itself
+        return _predicted_by(explanation, model, change)
+    return found
 
 
 def _has_conv(explanation: Explanation) -> bool:
@@ -239,11 +282,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
             continue
         trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
                          baseline_samples_per_step=base_samples)
-        if name == "batch_size" and knobs and base_samples:
-            at = predicted_at_batch(explanation, model, int(knobs["batch_size"]) / base_samples)
-            trial.predicted_step_us = at
-        else:
-            trial.predicted_step_us = predicted.get("compile" if name.startswith("compile") else name)
+        trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted)
         waiver = _waiver(name, knobs, explanation, target, device)
         if waiver is not None:
             trial.reason = waiver
