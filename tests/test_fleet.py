@@ -583,3 +583,28 @@ def test_one_gpu_alone(tmp_path, capsys):
     assert read["status"] == "ok" and read["telemetry"]["power_w"] and read["telemetry"]["energy_j"] is not None
     assert rank["health"]["pcie"]["generation_max"] and rank["health"]["row_remapping"] is not None
     assert any(n.startswith("compute.tensor.") or n.startswith("compute.library.") for n in rank["figures"])
+
+
+def test_a_stopped_fleet_run_keeps_what_it_measured(tmp_path):
+    """SIGTERM while the probes run: the rest is waived with the reason, fleet.json is still written from
+    what was measured, and the exit code is 143."""
+    import signal
+    import time
+
+    out = tmp_path / "fleet"
+    proc = subprocess.Popen([sys.executable, "-m", "pygpuperf.fleet", "--device", "cpu", "--budget-s", "60",
+                             "--samples", "100", "--collective-sizes", "none", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = time.monotonic()
+    for line in proc.stderr:  # the suite has started once the rank says how many probes it runs
+        if "probe run(s)" in line:
+            break
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, (time.monotonic() - started, err[-2000:])
+    doc = json.loads((out / "fleet.json").read_text())
+    figures = doc["ranks"][0]["figures"]
+    reasons = [f.get("reason", "") for f in figures.values()]
+    assert any("stopped by SIGTERM" in r for r in reasons)
+    assert any(f.get("status") == "ok" for f in figures.values())  # what ran before the signal is kept

@@ -20,6 +20,7 @@ from pygpuperf.analyze import fleet as analysis
 from pygpuperf.cli import common as cli
 from pygpuperf.core import documents
 from pygpuperf.core.errors import UsageError
+from pygpuperf.core.stopping import exit_code_of, stop_signals
 from pygpuperf.measure import collectives
 from pygpuperf.measure import fleet as runner
 from pygpuperf.report import fleet_report
@@ -106,11 +107,14 @@ def run(argv: list[str] | None = None) -> int:
     launch = runner.Launch.from_environment()
     device = runner.rank_device(settings, launch)
     runner.plan_suite(device, settings.probes)  # an unknown --probes name stops every rank before any waits
-    with runner.joined(settings, launch, device):
-        return _measure(args, settings, launch, device)
+    with stop_signals() as signals, runner.joined(settings, launch, device):
+        code = _measure(args, settings, launch, device, signals)
+    stop = runner.STOPS[0] if runner.STOPS else signals.stopped
+    return exit_code_of(stop) if stop is not None else code
 
 
-def _measure(args: argparse.Namespace, settings: runner.FleetSettings, launch: runner.Launch, device) -> int:
+def _measure(args: argparse.Namespace, settings: runner.FleetSettings, launch: runner.Launch, device,
+             signals) -> int:
     """Rank 0 checks what only it reads or writes (the thresholds file, the output folder) and tells every
     rank whether to go on; every rank measures; rank 0 judges and writes; all end with its exit code."""
     err = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
@@ -133,6 +137,7 @@ def _measure(args: argparse.Namespace, settings: runner.FleetSettings, launch: r
         gathered = runner.run_rank(settings, launch, device, progress=lambda text: err.print(text, highlight=False))
         assert gathered is not None  # rank 0 gathers
         code = cli.EXIT_FAILED
+        signals.hold()  # a later signal waits until what was measured is written
         try:
             doc = analysis.fleet_document(gathered.hosts, gathered.collectives, gathered.meta, thresholds)
             written = fleet_report.write_fleet_reports(doc, folder.path)
@@ -173,6 +178,9 @@ def main(argv: list[str] | None = None) -> None:
         if int(os.environ.get("RANK", "0") or 0) == 0:
             print(f"pygpuperf: error: {exc}", file=sys.stderr)
         code = cli.EXIT_USAGE
+    except KeyboardInterrupt as exc:  # stopped before any figure was measured: nothing to keep
+        print(f"pygpuperf: {exc or 'interrupted'}", file=sys.stderr)
+        code = exit_code_of(exc)
     sys.exit(code)
 
 

@@ -175,6 +175,11 @@ class ProbeRecord:
     energy_j: float | None
 
 
+# Stop signals that arrived while this process measured (core.stopping turns them into KeyboardInterrupt):
+# the suite waives what is left and the run still gathers and writes what it has.
+STOPS: list[KeyboardInterrupt] = []
+
+
 def run_suite(device: torch.device, planned: Sequence[suite.PlannedProbe], settings: RunSettings, budget_s: float,
               on_done: Callable[[ProbeRecord], None] | None = None) -> tuple[list[ProbeRecord], bool]:
     """Each planned probe through the suite's one measuring path, with its wall time and the energy the
@@ -184,17 +189,24 @@ def run_suite(device: torch.device, planned: Sequence[suite.PlannedProbe], setti
     started = time.monotonic()
     exhausted = False
     for probe in planned:
-        if time.monotonic() - started >= budget_s:
-            exhausted = True
+        stopped = STOPS[0] if STOPS else None
+        if stopped is not None or time.monotonic() - started >= budget_s:
+            exhausted = exhausted or stopped is None
             backend = probe.backend.backend_name(device)
-            m = Measurement.not_run(probe.name, backend=backend, device=str(device), status="waived",
-                                    reason=f"not run: the suite's time budget ({budget_s:g} s) was spent")
+            why = (f"not run: {stopped}" if stopped is not None
+                   else f"not run: the suite's time budget ({budget_s:g} s) was spent")
+            m = Measurement.not_run(probe.name, backend=backend, device=str(device), status="waived", reason=why)
             if probe.variant:
                 m.params["variant"] = probe.variant
             records.append(ProbeRecord(m, 0.0, None))
             continue
         before, t0 = health.energy_joules(device), time.monotonic()
-        m = suite.run_one(probe, device, settings)
+        try:
+            m = suite.run_one(probe, device, settings)
+        except KeyboardInterrupt as exc:  # a stop signal: the rest is waived, what was measured is kept and sent
+            STOPS.append(exc)
+            m = Measurement.not_run(probe.name, backend=probe.backend.backend_name(device), device=str(device),
+                                    status="waived", reason=f"not run: {exc}")
         seconds, after = time.monotonic() - t0, health.energy_joules(device)
         energy = after - before if before is not None and after is not None and after >= before else None
         records.append(ProbeRecord(m, seconds, energy))
