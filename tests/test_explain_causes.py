@@ -196,3 +196,26 @@ def test_a_well_shaped_convolution_splits_its_excess_into_the_library_rate_and_t
     findings.explain_findings(e2, {"memory_format": "channels_last", "cudnn_benchmark": "on"}, m)
     advice = {c.id: c.advice for c in e2.causes.items}["kernel_choice.convolution"]
     assert "channels_last" not in advice and "benchmark" not in advice
+
+
+def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
+    from pygpuperf.core.results import Stats
+    from pygpuperf.explain.fixes import FixTrial
+    from pygpuperf.explain.model import Throughput
+    from pygpuperf.report.explain_html import explain_html
+
+    records = [k("tensor_gemm", 100, "aten::addmm", "fp16.acc32", 1e9, 1e6, "blocks.0.attn.qkv"),
+               k("layout", 40, "aten::contiguous", module="blocks.0.<script>attn", name="elementwise_kernel copy")]
+    e = explanation(records)
+    e.throughput = Throughput(Stats.of([140.0] * 3), 8)
+    findings.explain_findings(e, {"batch_size": "8"}, gpu_model())
+    layout = next(c for c in e.causes.items if c.id == "layout.attention_heads")
+    e.fixes = [FixTrial("compile", "torch.compile", {"compile": "inductor"}, "measured", predicted_step_us=100.0,
+                        measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8, baseline_samples_per_step=8),
+               FixTrial("cuda_graphs", "CUDA graph of the step", {"cuda_graphs": "on"}, "failed",
+                        reason="RuntimeError: capture <failed>")]
+    page = explain_html(e, gpu_model())
+    assert 'id="explain-causes"' in page and 'id="explain-fixes"' in page
+    assert "<script" not in page and "&lt;failed&gt;" in page  # every document string goes through autoescape
+    assert layout.title.split(" (")[0][:40] in page.replace("&#39;", "'")
+    assert '<td>torch.compile</td><td>measured</td><td class="num">0.14</td><td class="num">0.10</td>' in page

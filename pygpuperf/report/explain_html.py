@@ -72,6 +72,23 @@ def _self_check_lines(explanation: Explanation) -> list[dict[str, Any]]:
             for (name, op, ceiling), (count, measured, bound) in sorted(lines.items(), key=lambda kv: -kv[1][2])]
 
 
+def _cause_rows(explanation: Explanation, kind: str) -> list[dict[str, Any]]:
+    """The named causes of the median step, largest first, each with its fix's prediction and, where
+    --try-fixes measured that fix, the measured step."""
+    causes = explanation.causes
+    if causes is None:
+        return []
+    measured = {f.name: f for f in explanation.fixes if f.status == "measured"}
+    rows = []
+    for c in causes.items:
+        trial = measured.get(c.fix.name) if c.fix is not None else None
+        rows.append({"title": c.title, "advice": c.advice, "us": c.us, "share": c.share, "kernels": len(c.kernels),
+                     "part": words.label(c.part, kind) if c.part and c.part != "ideal" else "inside the ideal",
+                     "fix": c.fix.words() if c.fix is not None else "",
+                     "measured_us": trial.measured_step_us if trial is not None else None})
+    return rows
+
+
 def explain_view(explanation: Explanation, results: Results | MachineModel | None = None, top: int = TOP_GROUPS,
                  source: str | None = None) -> dict[str, Any]:
     """What explain_section.html.j2 renders: the explanation's numbers, its charts as inline SVG
@@ -101,6 +118,8 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
         "groups": groups, "group_count": count,
         "self_check": _self_check_lines(explanation),
         "unknown_ops": sorted(explanation.unknown_ops.items(), key=lambda kv: -kv[1]),
+        "causes": _cause_rows(explanation, kind),
+        "fixes": [f.to_dict() for f in explanation.fixes],
         "counting": COUNTING.format(unit=words.unit(kind)),
     }
 
