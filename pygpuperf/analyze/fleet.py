@@ -337,6 +337,18 @@ def label(doc: dict[str, Any]) -> str:
     return f"rank {doc['rank']} ({doc.get('host')}, {where})"
 
 
+# Memory repairs a GPU reports: (health fact, its flag, the failure, finding id, what it means, the fix).
+_MEMORY_REPAIRS = (
+    ("row_remapping", "failed", "row remapping failed", "row_remap",
+     "a row remapping failed: the memory has no spare rows left where it needs one.", "Replace the GPU (RMA)."),
+    ("row_remapping", "pending", "row remapping pending", "row_remap",
+     "a row remapping is pending: the memory runs with a bad row until the GPU is reset.",
+     "Drain the GPU and reset it (with the vendor tool, e.g. nvidia-smi -r on NVIDIA cards) to apply the remap."),
+    ("retired_pages", "pending", "page retirement pending", "retired_pages",
+     "a page retirement is pending until the GPU is reset.", "Drain the GPU and reset it to retire the page."),
+)
+
+
 def _finding(severity: str, kind: str, title: str, suggestion: str = "", ranks: Iterable[int] = (),
              host: str | None = None, figure: str | None = None, evidence: dict[str, Any] | None = None,
              count: int | None = None) -> dict[str, Any]:
@@ -490,25 +502,12 @@ def _judge_health(j: _Judge, thresholds: Thresholds, findings: list[dict[str, An
                                  "ECC error(s) over the card's life, none since the driver loaded.",
                                  "Watch the counters; retired pages or remapped rows should have contained them.",
                                  [rank], host, None, {"ecc_errors": ecc}))
-    remap = h.get("row_remapping") or {}
-    if remap.get("failed"):
-        j.fail.append("row remapping failed")
-        findings.append(_finding("error", "row_remap", f"{label(doc)}: a row remapping failed: the memory has "
-                                 "no spare rows left where it needs one.", "Replace the GPU (RMA).",
-                                 [rank], host, None, {"row_remapping": remap}))
-    if remap.get("pending"):
-        j.fail.append("row remapping pending")
-        findings.append(_finding("error", "row_remap", f"{label(doc)}: a row remapping is pending: the memory "
-                                 "runs with a bad row until the GPU is reset.",
-                                 "Drain the GPU and reset it (with the vendor tool, e.g. nvidia-smi -r on NVIDIA "
-                                 "cards) to apply the remap.",
-                                 [rank], host, None, {"row_remapping": remap}))
-    pages = h.get("retired_pages") or {}
-    if pages.get("pending"):
-        j.fail.append("page retirement pending")
-        findings.append(_finding("error", "retired_pages", f"{label(doc)}: a page retirement is pending until "
-                                 "the GPU is reset.", "Drain the GPU and reset it to retire the page.",
-                                 [rank], host, None, {"retired_pages": pages}))
+    for key, flag, fail, finding_id, what, advice in _MEMORY_REPAIRS:
+        state = h.get(key) or {}
+        if state.get(flag):
+            j.fail.append(fail)
+            findings.append(_finding("error", finding_id, f"{label(doc)}: {what}", advice, [rank], host, None,
+                                     {key: state}))
     gl = h.get("gpu_links") or {}
     if (gl.get("down") or 0) > 0:
         j.fail.append(f"{gl['down']} of {gl['total']} GPU links down")

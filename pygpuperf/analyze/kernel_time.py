@@ -166,7 +166,7 @@ def card_terms(model: MachineModel, reference: MachineModel | None = None) -> Ca
     fixed = _latency_us(model, FIXED_KEY)
     period = _latency_us(model, PERIOD_KEY)
     if fixed is None and reference is not None and _latency_us(reference, FIXED_KEY) is not None:
-        scale = _clock_ratio(reference, model)
+        scale = clock_ratio(reference, model)
         fixed = _latency_us(reference, FIXED_KEY) * scale
         ref_period = _latency_us(reference, PERIOD_KEY)
         period = ref_period * scale if ref_period is not None else None
@@ -187,7 +187,8 @@ def _latency_us(model: MachineModel, key: str) -> float | None:
     return c.value / 1e3 if c is not None and c.value > 0 else None
 
 
-def _clock_ratio(reference: MachineModel, model: MachineModel) -> float:
+def clock_ratio(reference: MachineModel, model: MachineModel) -> float:
+    """`reference`'s boost clock over `model`'s (1 where either is unknown)."""
     a, b = reference.facts.get(CLOCK), model.facts.get(CLOCK)
     return a / b if a and b else 1.0
 

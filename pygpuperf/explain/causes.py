@@ -54,7 +54,7 @@ _ATTENTION_OP = re.compile(r"scaled_dot_product|flash|efficient_attention|cudnn_
 _NHWC_NAME = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHWtoNHWC|NHWCtoNCHW|nhwcAddPadding|FoldedNhwc",
                         re.I)
 _VIEW_FALLBACK_OPS = ("aten::reshape", "aten::flatten", "aten::_reshape_alias", "aten::view_as", "aten::unflatten")
-_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
 _SPLIT_K = re.compile(r"split_?k|ReduceSplitK|reduce_wgrad", re.I)
 _ALIGN1 = re.compile(r"align1\b|align2\b|_align[12]_", re.I)
 
@@ -159,7 +159,7 @@ def _shape_cause(record: KernelRecord, timing: Any, units: int | None) -> tuple[
     """Why a GEMM/conv kernel runs below its bound, as far as its name and shapes tell."""
     if _SPLIT_K.search(record.name):
         return "shape.split_k", {"kernel": record.name[:120]}
-    dims = _gemm_dims(record) if record.op in _MATMUL_OPS else None
+    dims = _gemm_dims(record) if record.op in MATMUL_OPS else None
     half = record.precision.split(".", 1)[0] in ("fp16", "bf16", "fp8", "int8")
     if _ALIGN1.search(record.name) or (dims and half and any(d % ALIGN_ELEMENTS for d in dims)):
         return "shape.misaligned", {"mnk": list(dims) if dims else None, "kernel": record.name[:120]}
@@ -302,7 +302,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
         elif p.part == PART_MEMORY:
             if i in chain_of:
                 take("unfused_chain", i, p.over_us)
-            elif r.op in _MATMUL_OPS and is_matrix_vector(r):
+            elif r.op in MATMUL_OPS and is_matrix_vector(r):
                 take("shape.gemv", i, p.over_us)
             elif r.phase == "optimizer" and not r.op.startswith("aten::_fused"):
                 take("optimizer.unfused", i, p.over_us)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import causes, explainer, words
+from pygpuperf.explain import attribution, causes, explainer, words
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
 
@@ -99,8 +99,6 @@ def _predicted_by(explanation: Explanation, model: MachineModel,
                   change: Callable[[KernelRecord], KernelRecord | None]) -> float | None:
     """The step with each kernel `change` returns re-priced by the kernel model (keeping its measured
     residual); kernels it returns None for, and the idle time, stay as measured."""
-    from pygpuperf.explain import attribution
-
     records = explanation.median.kernels
     if not records:
         return None
@@ -121,19 +119,16 @@ def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: flo
                          if r.phase in ("forward", "backward") else None)
 
 
-_MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
-
-
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
     """How a precision fix changes a kernel, as the kernel model prices it (None: not a precision fix)."""
     def tf32(r: KernelRecord) -> KernelRecord | None:
         if r.kernel_class == VECTOR_MATH and r.precision == "fp32" and r.flops > 0 and (
-                r.op in _MATMUL or "conv" in r.op.lower()):
+                r.op in causes.MATMUL_OPS or "conv" in r.op.lower()):
             return dataclasses.replace(r, kernel_class=TENSOR_GEMM, precision="tf32.acc32")
         return None
 
     def fp16_accumulation(r: KernelRecord) -> KernelRecord | None:  # cuBLAS only: convolutions keep theirs
-        if r.kernel_class == TENSOR_GEMM and r.precision == "fp16.acc32" and r.op in _MATMUL:
+        if r.kernel_class == TENSOR_GEMM and r.precision == "fp16.acc32" and r.op in causes.MATMUL_OPS:
             return dataclasses.replace(r, precision="fp16.acc16")
         return None
 

@@ -164,12 +164,3 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def energy_joules(device: torch.device) -> float | None:
-    """The device's energy counter since the driver loaded (J), or None where it has none."""
-    h = nvml.nvml_handle(device)
-    if h is None:
-        return None
-    value = _query(getattr(nvml.pynvml, "nvmlDeviceGetTotalEnergyConsumption", None), h)  # mJ
-    return None if value is None else value / 1000.0

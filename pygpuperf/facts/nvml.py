@@ -78,8 +78,6 @@ def query(fn, *args, default=None):
         return default
 
 
-_safe = query
-
 
 def throttle_reason_names(mask: int) -> list[str]:
     return [name for bit, name in _THROTTLE_BITS.items() if mask & bit]
@@ -92,27 +90,27 @@ def static_facts(device: torch.device) -> dict[str, Any]:
         return {}
     n = pynvml
     facts: dict[str, Any] = {
-        "uuid": _text(_safe(n.nvmlDeviceGetUUID, h)),
-        "serial": _text(_safe(n.nvmlDeviceGetSerial, h)),
-        "driver_version": _safe(n.nvmlSystemGetDriverVersion),
-        "sm_clock_mhz": _safe(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
-        "sm_clock_max_mhz": _safe(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM),
-        "mem_clock_mhz": _safe(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM),
-        "mem_clock_max_mhz": _safe(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_MEM),
-        "memory_bus_width_bits": _safe(n.nvmlDeviceGetMemoryBusWidth, h),
-        "pcie_generation": _safe(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
-        "pcie_generation_max": _safe(n.nvmlDeviceGetMaxPcieLinkGeneration, h),
-        "pcie_width": _safe(n.nvmlDeviceGetCurrPcieLinkWidth, h),
-        "pcie_width_max": _safe(n.nvmlDeviceGetMaxPcieLinkWidth, h),
-        "power_limit_w": _milli(_safe(n.nvmlDeviceGetPowerManagementLimit, h)),
-        "power_limit_default_w": _milli(_safe(n.nvmlDeviceGetPowerManagementDefaultLimit, h)),
+        "uuid": _text(query(n.nvmlDeviceGetUUID, h)),
+        "serial": _text(query(n.nvmlDeviceGetSerial, h)),
+        "driver_version": query(n.nvmlSystemGetDriverVersion),
+        "sm_clock_mhz": query(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
+        "sm_clock_max_mhz": query(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM),
+        "mem_clock_mhz": query(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM),
+        "mem_clock_max_mhz": query(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_MEM),
+        "memory_bus_width_bits": query(n.nvmlDeviceGetMemoryBusWidth, h),
+        "pcie_generation": query(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
+        "pcie_generation_max": query(n.nvmlDeviceGetMaxPcieLinkGeneration, h),
+        "pcie_width": query(n.nvmlDeviceGetCurrPcieLinkWidth, h),
+        "pcie_width_max": query(n.nvmlDeviceGetMaxPcieLinkWidth, h),
+        "power_limit_w": _milli(query(n.nvmlDeviceGetPowerManagementLimit, h)),
+        "power_limit_default_w": _milli(query(n.nvmlDeviceGetPowerManagementDefaultLimit, h)),
         "ecc_enabled": None,
         "mig_enabled": None,
     }
-    ecc = _safe(n.nvmlDeviceGetEccMode, h)
+    ecc = query(n.nvmlDeviceGetEccMode, h)
     if ecc is not None:
         facts["ecc_enabled"] = bool(ecc[0])
-    mig = _safe(n.nvmlDeviceGetMigMode, h)
+    mig = query(n.nvmlDeviceGetMigMode, h)
     if mig is not None:
         facts["mig_enabled"] = bool(mig[0])
     return facts
@@ -126,6 +124,11 @@ def _text(value: Any) -> str | None:
 
 def _milli(value: int | None) -> float | None:
     return None if value is None else value / 1000.0
+
+
+def energy_mj(handle: Any) -> int | None:
+    """The device's total energy since the driver loaded, mJ (Volta and later), or None."""
+    return query(getattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", None), handle)
 
 
 class ClockSampler:
@@ -156,13 +159,13 @@ class ClockSampler:
             (t.pcie_generation, n.nvmlDeviceGetCurrPcieLinkGeneration, (h,), 1),
             (t.pcie_width, n.nvmlDeviceGetCurrPcieLinkWidth, (h,), 1),
         ):
-            value = _safe(fn, *args)
+            value = query(fn, *args)
             if value is not None:
                 series.append(value * scale)
         reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             n, "nvmlDeviceGetCurrentClocksThrottleReasons"
         )
-        mask = _safe(reasons_fn, h)
+        mask = query(reasons_fn, h)
         if mask is not None:
             self._reasons.update(throttle_reason_names(mask))
 
@@ -174,13 +177,9 @@ class ClockSampler:
         # No sample before the run: throttle bits still set by the previous probe would be blamed on this one.
         if self.active:
             self._started = time.monotonic()
-            self._energy_mj = self._energy_counter()
+            self._energy_mj = energy_mj(self._handle)
             self._thread = threading.Thread(target=self._loop, name="pygpuperf-telemetry", daemon=True)
             self._thread.start()
-
-    def _energy_counter(self) -> int | None:
-        """The device's total energy since the driver loaded, mJ (Volta and later), or None."""
-        return _safe(getattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", None), self._handle)
 
     def stop(self) -> Telemetry | None:
         if not self.active:
@@ -192,7 +191,7 @@ class ClockSampler:
         self.telemetry.throttle_reasons = sorted(self._reasons)
         t = self.telemetry
         t.seconds = time.monotonic() - self._started if self._started is not None else None
-        end = self._energy_counter()
+        end = energy_mj(self._handle)
         if self._energy_mj is not None and end is not None and end >= self._energy_mj:
             t.energy_j, t.energy_source = (end - self._energy_mj) / 1e3, "energy counter"
         elif t.power_w and t.seconds:

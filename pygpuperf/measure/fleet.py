@@ -200,16 +200,16 @@ def run_suite(device: torch.device, planned: Sequence[suite.PlannedProbe], setti
                 m.params["variant"] = probe.variant
             records.append(ProbeRecord(m, 0.0, None))
             continue
-        before, t0 = health.energy_joules(device), time.monotonic()
+        t0 = time.monotonic()
         try:
             m = suite.run_one(probe, device, settings)
         except KeyboardInterrupt as exc:  # a stop signal: the rest is waived, what was measured is kept and sent
             STOPS.append(exc)
             m = Measurement.not_run(probe.name, backend=probe.backend.backend_name(device), device=str(device),
                                     status="waived", reason=f"not run: {exc}")
-        seconds, after = time.monotonic() - t0, health.energy_joules(device)
-        energy = after - before if before is not None and after is not None and after >= before else None
-        records.append(ProbeRecord(m, seconds, energy))
+        # The suite samples the device around each probe: its telemetry holds the joules (counter, else power x time).
+        energy = m.telemetry.energy_j if m.telemetry is not None else None
+        records.append(ProbeRecord(m, time.monotonic() - t0, energy))
         if on_done is not None:
             on_done(records[-1])
     return records, exhausted

@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze import machine_model
 from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
-from pygpuperf.analyze.kernel_time import CardTerms, KernelTime, card_terms, kernel_time
+from pygpuperf.analyze.kernel_time import CardTerms, KernelTime, card_terms, clock_ratio, kernel_time
 from pygpuperf.explain import attribution, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
 from pygpuperf.explain.model import CallAccesses, Explanation, fitting_batch
@@ -221,15 +221,11 @@ def _price(record: KernelRecord, source: _Pricing, target: _Pricing, scale: floa
                             f"{record.kernel_class} kernels the target model has no ceiling for keep their time")
     if residual_mode == "latency":
         excess = max(record.duration_us - before.fixed_us - before.work_us, 0.0) * (scale if grows else 1.0)
-        excess *= _clock(source.model) / _clock(target.model) if _clock(source.model) and _clock(target.model) else 1.0
+        excess *= clock_ratio(source.model, target.model)
         return _KernelPrice(after.fixed_us + after.work_us + excess, excess, note)
     residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
     time = after.fixed_us + after.work_us * residual
     return _KernelPrice(time, after.work_us * max(residual - 1.0, 0.0), note)
-
-
-def _clock(model: MachineModel) -> float | None:
-    return model.facts.get("clock_mhz")
 
 
 # --------------------------------------------------------------------------- the step

@@ -99,8 +99,7 @@ class RetinaNetTraining(ModelWorkload):
             "objective": objective,
             "optimizer": settings.optimizer_label("SGD", "lr=0.01, momentum=0.9"),
         }
-        if scaling.scaler is not None:
-            params["loss_scaling"] = "torch.amp.GradScaler"
+        params |= scaling.params()
 
         if objective == "head-mean":
             net = _BackboneAndHead(retinanet)

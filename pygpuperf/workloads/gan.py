@@ -124,8 +124,7 @@ class DCGANTraining(ModelWorkload):
             "optimizer": settings.optimizer_label("Adam", "lr=2e-4, betas=(0.5, 0.999)") + " x2",
             "loss": "binary_cross_entropy_with_logits (discriminator on real and fake, then generator)",
         }
-        if scaling.scaler is not None:
-            params["loss_scaling"] = "torch.amp.GradScaler (one for both optimizers)"
+        params |= scaling.params("torch.amp.GradScaler (one for both optimizers)")
         return StepRecipe(
             body=lambda: iteration(compiled_g, compiled_d),
             eager_body=lambda: iteration(generator, discriminator),

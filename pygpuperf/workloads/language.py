@@ -163,8 +163,7 @@ class GPTTraining(ModelWorkload):
             "loss": "next-token cross_entropy",
             "data": "synthetic token ids, created once on the device",
         }
-        if scaling.scaler is not None:
-            params["loss_scaling"] = "torch.amp.GradScaler"
+        params |= scaling.params()
         notes = [f"samples are sequences of {config.seq_len} tokens: tokens/s = samples/s x {config.seq_len}"]
         return StepRecipe(body=lambda: train(compiled), eager_body=lambda: train(model), optimizers=(optimizer,),
                           samples_per_step=batch, params=params, modules=(model,), notes=notes)
@@ -294,8 +293,7 @@ class BERTSquadTraining(ModelWorkload):
             "optimizer": settings.optimizer_label("AdamW", "lr=3e-5, weight_decay=0.01"),
             "loss": "start and end position cross_entropy", "data": "synthetic token ids, created once on the device",
         }
-        if scaling.scaler is not None:
-            params["loss_scaling"] = "torch.amp.GradScaler"
+        params |= scaling.params()
         notes = [f"samples are sequences of {config.seq_len} tokens"]
         return StepRecipe(body=lambda: train(compiled), eager_body=lambda: train(model), optimizers=(optimizer,),
                           samples_per_step=batch, params=params, modules=(model,), notes=notes)

@@ -92,6 +92,10 @@ class LossScaling:
         if self.scaler is not None:
             self.scaler.update()
 
+    def params(self, label: str = "torch.amp.GradScaler") -> dict[str, str]:
+        """The step's loss_scaling parameter where it scales the loss; none otherwise."""
+        return {"loss_scaling": label} if self.scaler is not None else {}
+
 
 def compile_module(module: torch.nn.Module, settings: Settings) -> torch.nn.Module:
     """The module torch.compile'd as the compile knob asks, or the module itself."""

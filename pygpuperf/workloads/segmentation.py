@@ -82,8 +82,7 @@ class UNetTraining(ModelWorkload):
             "optimizer": settings.optimizer_label("Adam", "lr=1e-4"),
             "loss": "per-pixel cross_entropy",
         }
-        if scaling.scaler is not None:
-            params["loss_scaling"] = "torch.amp.GradScaler"
+        params |= scaling.params()
         return StepRecipe(body=lambda: train(compiled), eager_body=lambda: train(model), optimizers=(optimizer,),
                           samples_per_step=batch, params=params, modules=(model,))
 

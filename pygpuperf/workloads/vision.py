@@ -102,8 +102,7 @@ class ImageClassifier(ModelWorkload):
 
         params["optimizer"] = settings.optimizer_label("SGD", "lr=0.01, momentum=0.9")
         params["loss"] = "cross_entropy"
-        if scaling.scaler is not None:
-            params["loss_scaling"] = "torch.amp.GradScaler"
+        params |= scaling.params()
         return StepRecipe(body=lambda: train(compiled), eager_body=lambda: train(model), optimizers=(optimizer,),
                           samples_per_step=batch, params=params, modules=(model,))
 
