@@ -11,7 +11,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 # Attributes that load their submodule on first use, so `import pygpuperf` stays cheap.
-_LAZY = ("explain", "predict", "compare", "workloads", "io", "results", "datasheets")
+_LAZY = ("core", "facts", "measure", "analyze", "workloads", "explain", "predict", "compare", "report")
 
 
 def __getattr__(name: str) -> Any:
