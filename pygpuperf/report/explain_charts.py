@@ -406,18 +406,42 @@ def explain_charts(explanation: Explanation, out_dir: Path, results: Results | M
                    formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Write waterfall.<fmt> and, with a machine model, kernel_roofline.<fmt> into out_dir, one
     drawing per chart."""
+    return draw_explain_charts(explanation, out_dir, results, formats)[0]
+
+
+def draw_explain_charts(explanation: Explanation, out_dir: Path, results: Results | MachineModel | None = None,
+                        formats: Sequence[str] = ("png", "svg")) -> tuple[list[Path], dict[str, str | None]]:
+    """:func:`explain_charts`, and the same drawings as page markup ({"waterfall": svg, "roofline": svg or
+    None}, as waterfall_svg and explain_roofline_svg give them): each figure is built once."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     machine = None if results is None else _as_results(results)
     device = _device_name(machine)
+    pages: dict[str, str | None] = {"waterfall": None, "roofline": None}
     with chart_style("explain-waterfall"):
-        written = save_figure(waterfall_figure(explanation, device), *(out_dir / f"waterfall.{f}" for f in formats))
+        written, pages["waterfall"] = _files_and_page(waterfall_figure(explanation, device), "explain-waterfall",
+                                                      [out_dir / f"waterfall.{f}" for f in formats])
     if machine is not None:
         with chart_style("explain-roofline"):
             fig = explain_roofline_figure(machine, explanation)
             if fig is not None:
-                written += save_figure(fig, *(out_dir / f"kernel_roofline.{f}" for f in formats))
-    return written
+                files, pages["roofline"] = _files_and_page(fig, "explain-roofline",
+                                                           [out_dir / f"kernel_roofline.{f}" for f in formats])
+                written += files
+    return written, pages
+
+
+def _files_and_page(fig: Figure, prefix: str, paths: Sequence[Path]) -> tuple[list[Path], str]:
+    """The figure written to each path (as save_figure writes it), then as page markup (page_svg)."""
+    written = []
+    try:
+        for path in map(Path, paths):
+            fig.savefig(path, metadata={"Date": None} if path.suffix.lower() == ".svg" else None)
+            written.append(path)
+    except BaseException:
+        plt.close(fig)
+        raise
+    return written, page_svg(fig, prefix)
 
 
 def _device_name(results: Results | None) -> str | None:

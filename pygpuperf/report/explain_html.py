@@ -10,12 +10,12 @@ profile autoescaped (kernel and op names come from someone else's code).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pygpuperf.explain import attribution, words
 from pygpuperf.explain.model import Explanation
 from pygpuperf.report import templating
-from pygpuperf.report.explain_charts import (IDEAL, MEASURED, explain_charts, explain_roofline_svg, kernel_groups,
+from pygpuperf.report.explain_charts import (IDEAL, MEASURED, draw_explain_charts, explain_roofline_svg, kernel_groups,
                                              short_kernel_name, waterfall_svg)
 from pygpuperf.core.results import MachineModel, Results
 
@@ -90,10 +90,11 @@ def _cause_rows(explanation: Explanation, kind: str) -> list[dict[str, Any]]:
 
 
 def explain_view(explanation: Explanation, results: Results | MachineModel | None = None, top: int = TOP_GROUPS,
-                 source: str | None = None) -> dict[str, Any]:
+                 source: str | None = None, charts: Mapping[str, str | None] | None = None) -> dict[str, Any]:
     """What explain_section.html.j2 renders: the explanation's numbers, its charts as inline SVG
     (the kernel roofline with a machine model in `results`) and `source`, the document it came from
-    when the section sits on another document's page."""
+    when the section sits on another document's page. `charts` are the page markups draw_explain_charts
+    made while writing the chart files (drawn here otherwise)."""
     results = _results(results)
     device = _device_name(explanation, results)
     step = explanation.median
@@ -101,7 +102,11 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
     kind = words.kind_of(explanation.device)
     groups, count = _group_rows(explanation, top)
     parts = [(name, us) for name, us in w.parts.items() if words.shown(name, kind)]
-    roofline = explain_roofline_svg(results, explanation) if results is not None else None
+    if charts is not None:
+        waterfall, roofline = charts["waterfall"], charts["roofline"]
+    else:
+        waterfall = waterfall_svg(explanation, device)
+        roofline = explain_roofline_svg(results, explanation) if results is not None else None
     return {
         "device": device, "gpu": kind == words.GPU, "unit": words.unit(kind), "units": words.unit(kind, True),
         "calls": words.calls(kind), "source": source,
@@ -109,7 +114,7 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
         "waterfall": w, "timeline": step.timeline,
         "records": len(step.kernels), "record_us": sum(r.duration_us for r in step.kernels),
         "faster": len(step.self_check),
-        "waterfall_svg": templating.svg(waterfall_svg(explanation, device)),
+        "waterfall_svg": templating.svg(waterfall),
         "empty_parts": [words.label(name, kind) for name, us in parts if us == 0],
         "waterfall_rows": [(words.label(name, kind), us)
                            for name, us in [(IDEAL, w.ideal_us), *parts, (attribution.UNEXPLAINED, w.unexplained_us)]],
@@ -136,18 +141,19 @@ def explain_section_html(explanation: Explanation, results: Results | MachineMod
 
 
 def explain_html(explanation: Explanation, results: Results | MachineModel | None = None,
-                 top: int = TOP_GROUPS) -> str:
+                 top: int = TOP_GROUPS, charts: Mapping[str, str | None] | None = None) -> str:
     """The whole page as text, under report.html's stylesheet and Content-Security-Policy; the
     explanation's findings follow the section."""
-    view = explain_view(explanation, results, top)
+    view = explain_view(explanation, results, top, charts=charts)
     return templating.render("explain.html.j2", title=f"pygpuperf explain: {view['device']}", explain=view,
                              findings=templating.finding_views(explanation.findings))
 
 
-def write_explain_html(explanation: Explanation, results: Results | MachineModel | None, path: Path) -> Path:
+def write_explain_html(explanation: Explanation, results: Results | MachineModel | None, path: Path,
+                       charts: Mapping[str, str | None] | None = None) -> Path:
     """Write explain.html (or whatever `path` names); returns the path."""
     path = Path(path)
-    path.write_text(explain_html(explanation, results), encoding="utf-8")
+    path.write_text(explain_html(explanation, results, charts=charts), encoding="utf-8")
     return path
 
 
@@ -155,6 +161,6 @@ def write_explain_report(explanation: Explanation, out_dir: Path,
                          machine: Results | MachineModel | None = None) -> list[Path]:
     """Into out_dir: waterfall.png/.svg, kernel_roofline.png/.svg (with a machine model) and explain.html."""
     out_dir = Path(out_dir)
-    written = explain_charts(explanation, out_dir, machine)
-    written.append(write_explain_html(explanation, machine, out_dir / "explain.html"))
+    written, charts = draw_explain_charts(explanation, out_dir, machine)  # each chart drawn once, for files and page
+    written.append(write_explain_html(explanation, machine, out_dir / "explain.html", charts))
     return written
