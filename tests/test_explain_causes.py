@@ -5,7 +5,7 @@ import pytest
 
 from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.core.results import Ceiling, MachineModel
-from pygpuperf.explain import causes, costs, explainer, findings
+from pygpuperf.explain import attribution, causes, costs, explainer, findings
 from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
 
 
@@ -219,3 +219,40 @@ def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
     assert "<script" not in page and "&lt;failed&gt;" in page  # every document string goes through autoescape
     assert layout.title.split(" (")[0][:40] in page.replace("&#39;", "'")
     assert '<td>torch.compile</td><td>measured</td><td class="num">0.14</td><td class="num">0.10</td>' in page
+
+
+def test_channels_last_prices_nchw_batch_norms_at_the_steps_own_streaming_efficiency():
+    records = [k("tensor_gemm", 100, "aten::cudnn_convolution", "fp16.acc32", 1e9, 1e6, "layer1.conv1"),
+               k("layout", 50, "aten::cudnn_convolution", module="layer1.conv1", name="nchwToNhwcKernel"),
+               k("memory_bound", 50, "aten::cudnn_batch_norm", "fp16", nbytes=47e6, module="layer1.bn1"),
+               k("memory_bound", 12.5, "aten::add_", "fp16", nbytes=47e6, module="layer1")]
+    e = explanation(records)
+    findings.explain_findings(e, {"memory_format": "nchw"}, gpu_model())
+    bn, add = (attribution.kernel_bound(e.median.kernels[i], gpu_model())[0] for i in (2, 3))
+    efficiency = add / 12.5
+    cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
+    assert 0.5 < efficiency < 1 and cause.evidence["streaming_efficiency"] == pytest.approx(efficiency, abs=1e-3)
+    # The transposes go, and the batch norm runs at the add's share of its bound.
+    assert cause.fix.saves_us == pytest.approx(50 + 50 - bn / efficiency, rel=1e-3)
+    assert "batch norms" in cause.advice
+
+
+def test_amp_halves_activation_traffic_outside_autocasts_fp32_list_and_not_for_access_bound_kernels():
+    m = gpu_model()
+    m.compute["tensor.bf16.acc32"] = Ceiling(800.0, "TFLOP/s", "compute.tensor.bf16.acc32", "native-cuda")
+    flops = 6.6e9
+    records = [k("vector_math", 150, "aten::mm", "fp32", flops, 1e3),
+               k("memory_bound", 12.5, "aten::add", "fp32", nbytes=47e6),
+               k("memory_bound", 12.5, "aten::native_layer_norm", "fp32", nbytes=47e6),
+               k("memory_bound", 50.0, "aten::cudnn_batch_norm", "fp32", nbytes=47e6),  # a fifth of the add's rate
+               k("memory_bound", 12.5, "aten::_foreach_add_", "fp32", nbytes=47e6, phase="optimizer")]
+    e = explanation(records)
+    findings.explain_findings(e, {"amp": "none"}, m)
+    timing = attribution.kernel_timing(e.median.kernels[1], m)
+    cause = next(c for c in e.causes.items if c.id == "precision.bf16_unused")
+    traffic = cause.evidence["activation_traffic_saving_us"]
+    # Only the add halves its bytes (keeping its residual): layer norm runs in fp32 under autocast, the batch
+    # norm is held by its access pattern, the optimizer keeps fp32 master weights.
+    residual = (12.5 - timing.fixed_us) / timing.work_us
+    assert traffic == pytest.approx(12.5 - (timing.fixed_us + timing.work_us / 2 * residual), rel=0.05)
+    assert cause.fix.saves_us == pytest.approx(cause.us + traffic, rel=1e-3)

@@ -46,6 +46,8 @@ TILE_WASTE = 0.10
 ALIGN_ELEMENTS = 8
 # A kernel whose fixed cost is above this share of its time is a small kernel.
 SMALL_KERNEL = 0.5
+# A memory-bound kernel below this share of the step's streaming efficiency is held by its access pattern.
+ACCESS_BOUND = 0.5
 
 _CONV = re.compile(r"conv", re.I)
 _ATTENTION_MODULE = re.compile(r"attn|attention|mha|self_attn|heads?\b", re.I)
@@ -388,6 +390,74 @@ def _modules(records: Sequence[KernelRecord], idx: Sequence[int]) -> list[str]:
     return seen[:5]
 
 
+# Ops autocast runs in fp32 whatever their inputs (torch's autocast fp32 list), with their backward; and
+# those whose output stays fp32 because their weight is (embeddings): their traffic does not halve under AMP.
+_AUTOCAST_FP32 = frozenset((
+    "native_layer_norm", "native_layer_norm_backward", "layer_norm", "native_group_norm", "native_group_norm_backward",
+    "group_norm", "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "softmax",
+    "log_softmax", "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
+    "cross_entropy_loss", "mse_loss", "mse_loss_backward", "l1_loss", "smooth_l1_loss", "smooth_l1_loss_backward",
+    "huber_loss", "huber_loss_backward", "binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits_backward",
+    "kl_div", "logsumexp", "cumsum", "cumprod", "norm", "linalg_vector_norm", "exp", "log", "pow", "rsqrt",
+    "reciprocal", "embedding", "embedding_dense_backward", "embedding_backward"))
+_AUTOCAST_FP32_FORWARD = frozenset(("sum", "mean", "prod"))
+
+
+def _amp_traffic_saving(records: Sequence[KernelRecord], exclusive: Sequence[float],
+                        parts: Sequence[attribution.KernelPart], pricing: _Pricing) -> float:
+    """What AMP saves on memory-bound kernels: activations in bf16 halve the bytes of every fp32 forward and
+    backward kernel outside autocast's fp32 list (the optimizer keeps fp32 master weights). A kernel far below
+    the bandwidth efficiency of the step's elementwise kernels is held by its access pattern, not its bytes
+    (NCHW's strided per-channel reductions): it keeps its time."""
+    efficiency = _streaming_efficiency(records, parts)
+    new: dict[int, float] = {}
+    for i, r in enumerate(records):
+        base = (r.op or "").removeprefix("aten::").split(".", 1)[0]
+        if r.kernel_class != MEMORY_BOUND or r.precision != "fp32" or r.phase not in ("forward", "backward") \
+                or r.duration_us <= 0 or base in _AUTOCAST_FP32 \
+                or (r.phase == "forward" and base in _AUTOCAST_FP32_FORWARD) \
+                or (efficiency and _bound(parts[i]) / r.duration_us < ACCESS_BOUND * efficiency):
+            continue
+        new[i] = pricing.reprice(r, dataclasses.replace(r, bytes=r.bytes / 2))
+    return _saved(records, exclusive, list(new), new)
+
+
+_BATCH_NORM = re.compile(r"batch_norm", re.I)
+_NOT_STREAMING = re.compile(r"norm|pool|conv", re.I)  # kernels whose NCHW form has its own access pattern
+
+
+def _bound(part: attribution.KernelPart) -> float:
+    return part.timing.total_us if part.timing is not None else 0.0
+
+
+def _memory_kernels(records: Sequence[KernelRecord], parts: Sequence[attribution.KernelPart]) -> list[int]:
+    return [i for i, r in enumerate(records) if parts[i].part == PART_MEMORY and r.kernel_class == MEMORY_BOUND
+            and _bound(parts[i]) > 0 and r.duration_us > 0]
+
+
+def _streaming_efficiency(records: Sequence[KernelRecord], parts: Sequence[attribution.KernelPart]) -> float | None:
+    """Bound over time of the step's elementwise memory-bound kernels: the share of its size's bandwidth a
+    kernel that streams reaches on this card, measured in this step."""
+    streaming = [i for i in _memory_kernels(records, parts) if not _NOT_STREAMING.search(records[i].op or "")]
+    spent = sum(records[i].duration_us for i in streaming)
+    return min(1.0, sum(_bound(parts[i]) for i in streaming) / spent) if spent > 0 else None
+
+
+def _nchw_norm_saving(records: Sequence[KernelRecord], exclusive: Sequence[float],
+                      parts: Sequence[attribution.KernelPart]) -> tuple[float, dict[str, Any]]:
+    """What channels_last buys an NCHW step's batch norms: their NHWC kernels stream each channel's values
+    contiguously, so each is priced at the streaming efficiency of the step's own elementwise kernels; NCHW's
+    strided per-channel reductions run far below it."""
+    efficiency = _streaming_efficiency(records, parts)
+    norms = [i for i in _memory_kernels(records, parts) if _BATCH_NORM.search(records[i].op or "")]
+    if not norms or not efficiency:
+        return 0.0, {}
+    new = {i: min(records[i].duration_us, _bound(parts[i]) / efficiency) for i in norms}
+    saves = _saved(records, exclusive, norms, new)
+    return saves, {"batch_norm_kernels": len(norms), "batch_norm_saving_us": round(saves, 1),
+                   "streaming_efficiency": round(efficiency, 3)}
+
+
 def _fix(name: str, what: str, saves: float, wall: float, knobs: dict[str, str] | None = None) -> Fix:
     return Fix(name, what, saves, max(wall - saves, 0.0), dict(knobs or {}))
 
@@ -506,7 +576,10 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
         amp = str(settings.get("amp", "")).lower()
         advice = ("Train under autocast (torch.autocast(device_type, dtype=torch.bfloat16); knob amp=bf16): bf16 "
                   "needs no loss scaling and halves the bytes of activations.")
-        fix = _fix("amp_bf16", "AMP bf16", us, wall, {"amp": "bf16"} if amp in ("none", "fp32", "") else {})
+        traffic = _amp_traffic_saving(records, exclusive, parts, pricing)
+        evidence["activation_traffic_saving_us"] = round(traffic, 1)
+        fix = _fix("amp_bf16", "AMP bf16 (bf16 matrix math, half the activation traffic)", us + traffic, wall,
+                   {"amp": "bf16"} if amp in ("none", "fp32", "") else {})
     elif cause_id == "cpu.simd_under_use":
         title = f"Matrix ops run below the measured SIMD/BLAS rate for {pct}."
         advice = ("Small matrices keep few cores and short SIMD loops busy: a larger batch gives each op more rows, "
@@ -553,10 +626,14 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
                 advice = ("The model runs channels_last already: these come from ops without an NHWC kernel "
                           f"({', '.join(evidence['by_op_us'])}); keep their inputs in the layout they need.")
             else:
+                norm_saves, norm_evidence = _nchw_norm_saving(records, exclusive, parts)
+                evidence.update(norm_evidence)
                 advice = ("Put the model and its inputs in channels_last (model.to(memory_format=torch.channels_last); "
                           "knob memory_format=channels_last): "
-                          f"{'cuDNN' if gpu else 'oneDNN'} convolutions work in NHWC.")
-                fix = _fix("channels_last", "channels_last", saves, wall, {"memory_format": "channels_last"})
+                          f"{'cuDNN' if gpu else 'oneDNN'} convolutions work in NHWC"
+                          + (f", and the batch norms' NHWC kernels stream like the step's elementwise kernels "
+                             f"(predicted -{norm_saves / 1e3:.2f} ms)" if norm_saves > 0 else "") + ".")
+                fix = _fix("channels_last", "channels_last", saves + norm_saves, wall, {"memory_format": "channels_last"})
         elif name == "attention_heads":
             title = f"Copies splitting and merging attention heads take {pct}."
             advice = ("Keep q, k, v as [batch, heads, tokens, dim] views for scaled_dot_product_attention (which reads "
