@@ -23,3 +23,15 @@ build_extension() {
     echo "build failed"; tail -40 "$log"; exit 1; }
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv >>"$log" 2>&1
 }
+
+# The main command as a user runs it, timed, with its phases (results.json's meta) in the log.
+time_main_command() {
+  step "main command (default)"
+  mkdir -p /tmp/w
+  local start; start=$(date +%s%N)
+  timeout "${1:-130}" python3 -m pygpuperf.roofline --out /tmp/w/default >"$OUT/default_stdout.txt" 2>&1
+  echo "exit $?" >>"$OUT/default_stdout.txt"
+  echo "main command wall $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$log"
+  cp /tmp/w/default/results.json "$OUT/default_results.json"
+  python3 -c "import json; m=json.load(open('/tmp/w/default/results.json'))['meta']; print('suite_seconds', m.get('suite_seconds'), 'phases', m.get('phase_seconds'))" | tee -a "$log"
+}

@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# One call: build, then `explain --try-fixes` on built-in workloads and a held-out step, and the
-# predicted-vs-measured table of every fix.
+# One call: build, the main command timed as a user runs it (its phases in results.json), then
+# `explain --try-fixes` on built-in workloads (some in bad configurations) and a held-out step, the
+# predicted-vs-measured table of every fix, and one bf16 profile.
 source "$(dirname "$0")/device_env.sh"
 build_extension
+mkdir -p /tmp/w
 MODEL="${MODEL:?results.json of this card}"
+[ -n "${SKIP_DEFAULT:-}" ] || time_main_command 120
 # torch.compile of a whole training step takes a minute or more: it is tried on the decode step only.
 EAGER=tf32,cudnn_benchmark,fp16_accumulation,amp,channels_last,cuda_graphs,batch_size
 for target in "resnet50-train-amp --memory-format nchw --try-fixes $EAGER" "bert-base-squad-train --try-fixes $EAGER" \
               "resnet50-train --try-fixes $EAGER" \
-              "benchmarks/heldout/llm_decode.py:make_step --batch-size 1 --try-fixes cuda_graphs,compile,batch_size"; do
-  name=$(echo "$target" | cut -d' ' -f1 | tr '/:.' '___')
+              "resnet50-train --memory-format nchw --tf32 off --try-fixes tf32,amp,channels_last,batch_size" \
+              "bert-base-squad-train --amp none --tf32 off --try-fixes tf32,amp,batch_size" \
+              "benchmarks/heldout/llm_decode.py:make_step --batch-size 1 --try-fixes cuda_graphs,compile,compile_reduce_overhead,batch_size"; do
+  name=$(echo "$target" | cut -d' ' -f1-6 | tr '/:. ,' '_____' | cut -c1-60)
   step "try-fixes $target"
-  timeout "${FIX_S:-150}" python3 -m pygpuperf.explain $target --machine-model "$MODEL" \
+  timeout "${FIX_S:-100}" python3 -m pygpuperf.explain $target --machine-model "$MODEL" \
     --out "$OUT/fixes/$name" >"$OUT/fixes_$name.txt" 2>&1 || echo "exit $? for $target" | tee -a "$log"
+  rm -f "$OUT/fixes/$name/"*.png "$OUT/fixes/$name/"*.svg "$OUT/fixes/$name/.pygpuperf.lock"
 done
+step "bf16 profile"
+timeout 60 python3 -m pygpuperf.explain resnet50-train-bf16 --machine-model "$MODEL" --out /tmp/w/bf16 >"$OUT/bf16_stdout.txt" 2>&1
+cp /tmp/w/bf16/explain.json "$OUT/bf16_explain.json" 2>/dev/null
 step "fix table"
 python3 benchmarks/fix_table.py "$OUT/fix_table.json" "$OUT"/fixes/*/explain.json | tee "$OUT/fix_table.txt"
 (cd "$OUT" && tar -czf fixes.tar.gz fixes && rm -rf fixes)

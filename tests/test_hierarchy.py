@@ -16,7 +16,7 @@ from pygpuperf.facts import cpu
 from pygpuperf.core import documents
 from pygpuperf.core import units
 from pygpuperf.analyze.hierarchy import Level, detect_levels
-from pygpuperf.report.sweep_chart import sweep_chart
+from pygpuperf.report.sweep_chart import draw_sweep_chart, sweep_svg
 from pygpuperf.core.results import Measurement, Results
 from pygpuperf.analyze.machine_model import build_machine_model
 
@@ -401,9 +401,10 @@ def results_with(measurements: list[Measurement]) -> Results:
 
 def test_sweep_chart_draws_both_panels(tmp_path: Path):
     points = gpu_sweeps(16 * KiB) + latency_points()
-    assert sweep_chart(results_with(points), tmp_path / "sweep.png") == tmp_path / "sweep.png"
-    assert (tmp_path / "sweep.png").stat().st_size > 20_000
-    assert sweep_chart(results_with([]), tmp_path / "none.png") is None
+    paths, page = draw_sweep_chart(results_with(points), tmp_path / "sweep.png")
+    assert paths == [tmp_path / "sweep.png"] and (tmp_path / "sweep.png").stat().st_size > 20_000
+    assert page == sweep_svg(results_with(points))  # what report.html inlines is the drawing sweep.png came from
+    assert draw_sweep_chart(results_with([]), tmp_path / "none.png") == ([], None)
     assert not (tmp_path / "none.png").exists()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io as _io
 import os
 import shutil
@@ -12,9 +13,13 @@ from typing import Any
 import matplotlib.image
 import pytest
 
+from pygpuperf.cli import roofline as roofline_cli
 from pygpuperf.facts import datasheets
-from pygpuperf.report.chart import ChartPoint
+from pygpuperf.report import chart, datasheet_chart, sweep_chart
+from pygpuperf.report.chart import ChartPoint, draw_roofline_charts
+from pygpuperf.report.datasheet_chart import draw_datasheet_chart
 from pygpuperf.report.html import html_report, write_html_report
+from pygpuperf.report.sweep_chart import draw_sweep_chart
 from pygpuperf.report.table import summary_rows
 from pygpuperf.core.results import Finding, Measurement, Results, Stats, WorkloadResult
 from pygpuperf.analyze.machine_model import build_machine_model
@@ -169,6 +174,51 @@ def test_report_without_machine_model_or_datasheet_still_renders():
     shown = "".join(page.text)
     assert "No roof was measured." in shown and "No findings." in shown and "No workload ran." in shown
     assert not any(tag == "svg" for tag, _ in page.tags)
+
+
+def test_report_inlines_the_charts_it_is_given_and_draws_the_rest(tmp_path: Path):
+    r = h200_results()
+    drawn = {"roofline": draw_roofline_charts(r, tmp_path)[1],
+             "datasheet": draw_datasheet_chart(r, tmp_path / "datasheet.png")[1],
+             "sweep": draw_sweep_chart(r, tmp_path / "sweep.png")[1]}
+    assert drawn["roofline"] and drawn["datasheet"] and drawn["sweep"] is None  # h200_results has no sweep
+    assert html_report(r, charts=drawn) == html_report(r)  # the chart files' drawings, byte for byte
+    given = html_report(r, charts={"roofline": '<svg id="given"></svg>'})
+    assert '<svg id="given"></svg>' in given and 'id="roofline-figure_1"' not in given
+    assert 'id="datasheet-figure_1"' in given  # a chart not given is drawn for the page
+
+
+def _counted(builds: collections.Counter, name: str, build: Any) -> Any:
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        builds[name] += 1
+        return build(*args, **kwargs)
+    return counting
+
+
+def test_the_main_command_builds_each_chart_once_and_a_failed_one_leaves_a_finding(tmp_path: Path, monkeypatch):
+    builds: collections.Counter = collections.Counter()
+    for module, name in ((chart, "roofline_figure"), (sweep_chart, "sweep_figure"),
+                         (datasheet_chart, "datasheet_figure")):
+        monkeypatch.setattr(module, name, _counted(builds, name, getattr(module, name)))
+    r = h200_results()
+    written = roofline_cli._write_reports(r, tmp_path / "ok", {})
+    assert [p.name for p in written] == ["results.json", "results.csv", "roofline.png", "roofline.svg",
+                                         "datasheet.png", "report.html"]
+    assert builds == {"roofline_figure": 1, "sweep_figure": 1, "datasheet_figure": 1}
+    assert (tmp_path / "ok" / "report.html").read_text(encoding="utf-8") == html_report(h200_results())
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("no space left on the disk")
+
+    monkeypatch.setattr(roofline_cli, "draw_roofline_charts", broken)
+    r = h200_results()
+    written = roofline_cli._write_reports(r, tmp_path / "broken", {})
+    assert [p.name for p in written] == ["results.json", "results.csv", "datasheet.png", "report.html"]
+    failed = [f for f in r.findings if f.title.startswith("Writing")]
+    assert len(failed) == 1 and failed[0].severity == "error" and "the roofline chart" in failed[0].title
+    assert "no space left on the disk" in (tmp_path / "broken" / "results.json").read_text(encoding="utf-8")
+    page = (tmp_path / "broken" / "report.html").read_text(encoding="utf-8")
+    assert 'id="roofline-figure_1"' in page and "no space left on the disk" in page  # drawn by the page instead
 
 
 # --------------------------------------------------------------------------- headless Chromium

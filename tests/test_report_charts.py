@@ -11,9 +11,9 @@ import pytest
 from matplotlib.text import Text
 
 from pygpuperf.facts import datasheets
-from pygpuperf.report.chart import (ChartPoint, chart_style, probe_points, roofline_chart, roofline_charts,
-                                    roofline_figure, roofline_svg)
-from pygpuperf.report.datasheet_chart import datasheet_bars, datasheet_chart, datasheet_svg
+from pygpuperf.report.chart import (ChartPoint, chart_style, draw_roofline_charts, inline_svg, probe_points,
+                                    roofline_chart, roofline_figure, roofline_svg)
+from pygpuperf.report.datasheet_chart import datasheet_bars, datasheet_svg, draw_datasheet_chart
 from pygpuperf.core.results import MachineModel, Measurement, Results, Stats, WorkloadResult
 from pygpuperf.analyze.machine_model import build_machine_model
 
@@ -76,9 +76,11 @@ def _inked(png: Path) -> float:
 # --------------------------------------------------------------------------- roofline
 
 
-def test_roofline_writes_png_and_svg(tmp_path: Path):
-    paths = roofline_charts(h200_results(), tmp_path)
+def test_roofline_writes_png_and_svg_and_gives_the_same_drawing_for_a_page(tmp_path: Path):
+    r = h200_results()
+    paths, page = draw_roofline_charts(r, tmp_path)
     assert paths == [tmp_path / "roofline.png", tmp_path / "roofline.svg"]
+    assert page == roofline_svg(r) == inline_svg(paths[1].read_text(encoding="utf-8"), "roofline")
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[0].stat().st_size > 30_000
     assert matplotlib.image.imread(paths[0]).shape[:2] == (780, 1320)  # 11 x 6.5 in at 120 dpi
     assert 0.02 < _inked(paths[0]) < 0.5
@@ -91,7 +93,7 @@ def test_roofline_chart_keeps_its_signature_and_picks_the_format_by_suffix(tmp_p
     assert roofline_chart(r, tmp_path / "roofline.png") == tmp_path / "roofline.png"
     assert roofline_chart(r, tmp_path / "roofline.svg") == tmp_path / "roofline.svg"
     assert (tmp_path / "roofline.svg").read_text(encoding="utf-8").lstrip().startswith("<?xml")
-    assert roofline_charts(r, tmp_path, formats=("svg",), stem="again") == [tmp_path / "again.svg"]
+    assert draw_roofline_charts(r, tmp_path, formats=("svg",), stem="again")[0] == [tmp_path / "again.svg"]
 
 
 def test_every_roof_is_labelled_and_close_roofs_share_a_label():
@@ -162,7 +164,7 @@ def test_roofline_needs_a_roof(tmp_path: Path):
     r = Results(meta={}, measurements=[])
     assert roofline_chart(r, tmp_path / "a.png") is None and not (tmp_path / "a.png").exists()
     r.machine_model = MachineModel("cpu")
-    assert roofline_charts(r, tmp_path) == [] and roofline_svg(r) is None
+    assert draw_roofline_charts(r, tmp_path) == ([], None) and roofline_svg(r) is None
     assert not list(tmp_path.iterdir())
     # One roof of either kind is enough to draw against.
     only_compute = [_m("compute.library.fp32", 1.5, backend="torch-cpu")]
@@ -196,9 +198,11 @@ def test_datasheet_bars_compare_every_ceiling_the_datasheet_lists():
 
 def test_datasheet_chart_labels_each_bar_with_its_percentage(tmp_path: Path):
     r = h200_results()
-    png = datasheet_chart(r, tmp_path / "datasheet.png")
+    (png,), page = draw_datasheet_chart(r, tmp_path / "datasheet.png")
     assert png == tmp_path / "datasheet.png" and png.stat().st_size > 20_000 and 0.02 < _inked(png) < 0.6
-    svg = datasheet_chart(r, tmp_path / "datasheet.svg")
+    assert page == datasheet_svg(r)
+    (svg,), page = draw_datasheet_chart(r, tmp_path / "datasheet.svg")
+    assert page == inline_svg(svg.read_text(encoding="utf-8"), "datasheet")
     texts = _svg_texts(svg.read_text(encoding="utf-8"))
     for bar in datasheet_bars(r):
         assert f"{bar.percent:.0f}%" in texts and bar.key in texts
@@ -208,11 +212,11 @@ def test_datasheet_chart_labels_each_bar_with_its_percentage(tmp_path: Path):
 
 def test_datasheet_chart_is_none_without_a_known_card(tmp_path: Path):
     assert datasheet_bars(h200_results(name="Imaginary GPU 9000")) == []
-    assert datasheet_chart(h200_results(name="Imaginary GPU 9000"), tmp_path / "d.png") is None
+    assert draw_datasheet_chart(h200_results(name="Imaginary GPU 9000"), tmp_path / "d.png") == ([], None)
     assert not (tmp_path / "d.png").exists()
     no_model = h200_results()
     no_model.machine_model = None
     assert datasheet_svg(no_model) is None
     only_latency = Results(meta={"device": {"name": "NVIDIA H200"}}, measurements=[_m("latency.l2", 142.0)])
     only_latency.machine_model = build_machine_model("cuda:0", only_latency.measurements)
-    assert datasheet_chart(only_latency, tmp_path / "d.svg") is None
+    assert draw_datasheet_chart(only_latency, tmp_path / "d.svg") == ([], None)

@@ -145,3 +145,18 @@ def test_every_document_schema_is_versioned_and_describes_its_fields(name):
     assert schema["$id"].startswith("pygpuperf/")
     described = json.dumps(schema).count('"description"')
     assert described >= 3, f"{name}: {described} field descriptions"
+
+
+def test_a_checkpoint_written_as_measurements_arrive_is_the_full_document_at_every_step(tmp_path):
+    full = _results()
+    growing = Results(meta=full.meta, measurements=[])
+    checkpoint = documents.Checkpoint(tmp_path / "incremental")
+    (tmp_path / "incremental").mkdir()
+    for m in full.measurements:
+        growing.measurements.append(m)
+        checkpoint.write(growing)
+        documents.write_checkpoint(growing, tmp_path)
+        assert json.loads((tmp_path / "incremental" / "results.json").read_text()) == \
+            json.loads((tmp_path / "results.json").read_text())
+    again = documents.load_results(tmp_path / "incremental" / "results.json")  # valid against the schema
+    assert [m.name for m in again.measurements] == [m.name for m in full.measurements]

@@ -31,15 +31,16 @@ from pygpuperf.measure import suite
 from pygpuperf.measure.probe import RunSettings
 from pygpuperf.facts.device import device_slug, resolve_device
 from pygpuperf.core.errors import UsageError
-from pygpuperf.report.chart import roofline_charts
-from pygpuperf.report.datasheet_chart import datasheet_chart
+from pygpuperf.report.chart import draw_roofline_charts
+from pygpuperf.report.datasheet_chart import draw_datasheet_chart
 from pygpuperf.report.html import write_html_report
-from pygpuperf.report.sweep_chart import sweep_chart
+from pygpuperf.report.sweep_chart import draw_sweep_chart
 from pygpuperf.report.table import print_summary
 from pygpuperf.core.results import Finding, Measurement, Results
 from pygpuperf.report import explained
 
 DOCUMENT = "results.json"
+_IMPORTED = time.monotonic()  # the setup phase runs from here (imports before it: torch's own)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -187,9 +188,13 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
 
     workload = get_workload(name)
     err.print(f"running {name} on {device} ...")
+    phases = results.meta.setdefault("phase_seconds", {})
+    started = time.monotonic()
     with workload.build(device, args.batch_size) as built:
         timed = time_built(workload, built, device, **({"warmup": 1, "steps": 3} if args.quick else {}))
         results.workloads.append(timed)
+        phases["model_timed"] = round(time.monotonic() - started, 2)
+        started = time.monotonic()
         err.print(f"explaining {name}: profiling {1 if args.quick else 3} step(s) ...")
         throughput = Throughput(timed.step_time.scaled(1e6), built.samples_per_step,
                                 timed.peak_memory_bytes, timed.resident_memory_bytes)
@@ -202,11 +207,14 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
         # Placed by the same kernel-time model that bounds its kernels.
         conclude.conclude_workload(results, timed, sum(k.bound_us or 0.0 for k in explanation.median.kernels))
         settings = dict(built.params)
+    phases["model_explained"] = round(time.monotonic() - started, 2)
+    started = time.monotonic()
     folder = out / "explain"
     console.print(f"explained step of {escape(name)}:", highlight=False)
     written = explained.write_explained(explanation, settings, results, folder,
                                         echo=lambda text: console.print(text, highlight=False, markup=False),
                                         echo_findings=False)  # the run's summary lists them with the rest
+    phases["explain_written"] = round(time.monotonic() - started, 2)
     results.findings += explanation.findings
     timed.explanation = explainer.explanation_summary(explanation, "explain/explain.json")
     reported: dict = {"explanation": explanation}
@@ -250,20 +258,26 @@ def _model_fix(args: argparse.Namespace, exc: BaseException) -> str:
 
 
 def _write_reports(results: Results, out: Path, reported: dict) -> list[Path]:
-    """results.json/csv, then each chart and report.html; a chart that fails leaves a finding, not a traceback."""
+    """results.json/csv, then each chart and report.html; a chart that fails leaves a finding, not a traceback.
+    Each chart is drawn once: report.html inlines the drawing its files were written from."""
     written = list(documents.write_results(results, out).values())
-    for label, write in (("the roofline chart", lambda: roofline_charts(results, out)),
-                         ("the sweep chart", lambda: sweep_chart(results, out / "sweep.png")),
-                         ("the datasheet chart", lambda: datasheet_chart(results, out / "datasheet.png")),
-                         ("report.html", lambda: write_html_report(results, out / "report.html", **reported))):
+    charts: dict[str, str | None] = {}
+    steps = (("roofline", "the roofline chart", lambda: draw_roofline_charts(results, out)),
+             ("sweep", "the sweep chart", lambda: draw_sweep_chart(results, out / "sweep.png")),
+             ("datasheet", "the datasheet chart", lambda: draw_datasheet_chart(results, out / "datasheet.png")),
+             (None, "report.html",
+              lambda: ([write_html_report(results, out / "report.html", charts=charts, **reported)], None)))
+    for name, label, write in steps:
         try:
-            made = write()
+            made, svg = write()
         except Exception as exc:  # the figures are safe in results.json already
             results.findings.append(_failure(f"Writing {label}", exc, "results.json holds every figure; "
                                              "report the error with that file."))
             documents.write_results(results, out)
             continue
-        written += made if isinstance(made, list) else [made] if made else []
+        written += made
+        if name is not None:
+            charts[name] = svg
     return written
 
 
@@ -323,8 +337,10 @@ def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, choic
     stopped: KeyboardInterrupt | None = None
     checkpoint()
     started = time.monotonic()
+    results.meta["phase_seconds"] = {"setup": round(started - _IMPORTED, 2)}
+    measured = documents.Checkpoint(out)
     try:
-        _measure(probes, device, settings, results, checkpoint, err)
+        _measure(probes, device, settings, results, lambda: measured.write(results), err)
     except KeyboardInterrupt as exc:
         stopped = exc
     finally:
@@ -352,7 +368,11 @@ def _run_in(out: Path, args, argv, device, settings: RunSettings, planned, choic
     if stopped is not None:
         results.meta["interrupted"] = True
         err.print(f"[yellow]{escape(str(stopped) or 'interrupted')}: writing what was measured[/yellow]")
+    written_at = time.monotonic()
+    results.meta.setdefault("phase_seconds", {})["before_reports"] = round(written_at - started, 2)
     written = _write_reports(results, out, reported) + written_explain
+    results.meta["phase_seconds"]["reports"] = round(time.monotonic() - written_at, 2)
+    documents.write_results(results, out)  # with the reports' own time
     print_summary(results, out_console)
     if args.json:
         sys.stdout.write(documents.to_json(results) + "\n")

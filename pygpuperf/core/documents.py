@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import pandas as pd
 
-from pygpuperf.core.results import Results, per_watt
+from pygpuperf.core.results import Results, measurement_dict, per_watt
 
 MAX_RESULTS_BYTES = 256 * 1024 * 1024
 
@@ -161,6 +161,28 @@ def write_results(results: Results, out_dir: Path) -> dict[str, Path]:
     atomic_write(paths["json"], to_json(results))
     atomic_write(paths["csv"], to_frame(results).to_csv(index=False))
     return paths
+
+
+class Checkpoint:
+    """results.json rewritten after every probe, each measurement serialized once: a full dump per probe grows
+    with the run (some 13 s over the H200's default suite of 483 measurements). Measurements must only be
+    appended between writes (as the suite does); anything that changes one afterwards writes with
+    :func:`write_checkpoint`."""
+
+    _SLOT = "pygpuperf:measurements"
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / "results.json"
+        self._texts: list[str] = []
+
+    def write(self, results: Results) -> Path:
+        for m in results.measurements[len(self._texts):]:
+            self._texts.append(json.dumps(measurement_dict(m), allow_nan=False))
+        doc = results.to_dict(measurements=False)
+        doc["measurements"] = self._SLOT
+        text = json.dumps(doc, allow_nan=False).replace(json.dumps(self._SLOT), "[" + ",".join(self._texts) + "]", 1)
+        atomic_write(self.path, text)
+        return self.path
 
 
 def write_checkpoint(results: Results, out_dir: Path) -> Path:

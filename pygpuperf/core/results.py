@@ -454,6 +454,11 @@ def best_per_backend(measurements: Iterable[Measurement]) -> list[tuple[Measurem
     return [(best_of(group) or group[0], len(group)) for group in groups.values()]
 
 
+
+def measurement_dict(m: Measurement) -> dict[str, Any]:
+    """One measurement as results.json holds it."""
+    return _clean(dataclasses.asdict(m))
+
 @dataclass
 class Results:
     meta: dict[str, Any]
@@ -467,11 +472,12 @@ class Results:
         usable = [m for m in self.measurements if m.name == name and m.usable]
         return best_of(usable)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, measurements: bool = True) -> dict[str, Any]:
+        """The document; without `measurements` their list is left empty (a checkpoint adds them itself)."""
         return {
             "schema": SCHEMA_ID,
             "meta": self.meta,
-            "measurements": [_clean(dataclasses.asdict(m)) for m in self.measurements],
+            "measurements": [measurement_dict(m) for m in self.measurements] if measurements else [],
             "machine_model": _clean(dataclasses.asdict(self.machine_model)) if self.machine_model else None,
             "findings": [_clean(dataclasses.asdict(f)) for f in self.findings],
             "workloads": [_clean(dataclasses.asdict(w)) for w in self.workloads],

@@ -16,6 +16,7 @@ from pygpuperf.measure.backends.collectives import CollectiveBackend
 from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.backends.native import NativeBackend
 from pygpuperf.measure.backends.portable import PortableBackend
+from pygpuperf.core import units
 from pygpuperf.core.errors import UsageError
 from pygpuperf.core.results import Measurement
 
@@ -107,10 +108,12 @@ def _architecture(device: torch.device) -> str | None:
 def _default_search(planned: list[PlannedProbe], device: torch.device) -> list[PlannedProbe]:
     """The default suite: each variant search of this architecture tries the variants that won it, in
     that order (data/variant_search.json), and the torch reference copies beside the native transfer
-    sweeps run at a few sizes; everything else, and any architecture not in the table, as planned."""
+    sweeps run at a few sizes, and the native sweeps stop at the size where copies have reached their plateau;
+    everything else, and any architecture not in the table, as planned."""
     table = _variant_search()
     order = table["searches"].get(_architecture(device) or "", {})
     references = set(table["reference_sizes"]["sizes"])
+    largest = units.parse_bytes(table["transfer_sizes"]["largest"]) or 0
     native_transfers = {p.name for p in planned if p.name.startswith("transfer.") and p.backend.family == "native"}
     kept = []
     for p in planned:
@@ -120,6 +123,8 @@ def _default_search(planned: list[PlannedProbe], device: torch.device) -> list[P
             continue  # a variant that lost this search on this architecture
         if p.name in native_transfers and p.backend.family != "native" and p.variant and p.variant not in references:
             continue
+        if p.name in native_transfers and p.backend.family == "native" and (units.parse_bytes(p.variant) or 0) > largest:
+            continue  # past the plateau: the copy rate and the latency fit are settled below it
         kept.append(p)
     # Each search tries its variants in the order they won; probes keep their place in the suite.
     first = {}

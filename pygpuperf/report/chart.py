@@ -413,13 +413,16 @@ def roofline_chart(results: Results, path: Path, overlays: Sequence[ChartPoint] 
         return None if fig is None else save_figure(fig, path)[0]
 
 
-def roofline_charts(results: Results, out_dir: Path, overlays: Sequence[ChartPoint] = (),
-                    formats: Sequence[str] = ("png", "svg"), stem: str = "roofline") -> list[Path]:
-    """Write <stem>.png and <stem>.svg (or the formats asked for) into out_dir from one drawing;
-    [] (nothing written) with no roof to draw."""
+def draw_roofline_charts(results: Results, out_dir: Path, overlays: Sequence[ChartPoint] = (),
+                         formats: Sequence[str] = ("png", "svg"),
+                         stem: str = "roofline") -> tuple[list[Path], str | None]:
+    """Write <stem>.png and <stem>.svg (or the formats asked for) into out_dir from one drawing, and
+    return that drawing as roofline_svg gives it too; ([], None) (nothing written) with no roof to draw."""
     with chart_style("roofline"):
         fig = roofline_figure(results, overlays)
-        return [] if fig is None else save_figure(fig, *(Path(out_dir) / f"{stem}.{fmt}" for fmt in formats))
+        if fig is None:
+            return [], None
+        return save_and_inline(fig, "roofline", *(Path(out_dir) / f"{stem}.{fmt}" for fmt in formats))
 
 
 def roofline_svg(results: Results, overlays: Sequence[ChartPoint] = ()) -> str | None:

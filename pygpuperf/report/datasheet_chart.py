@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from pygpuperf.facts import datasheets# noqa: E402
-from pygpuperf.report.chart import chart_style, compute_color, plain, save_figure, svg_markup  # noqa: E402
+from pygpuperf.report.chart import chart_style, compute_color, plain, save_and_inline, svg_markup  # noqa: E402
 from pygpuperf.core.results import Results  # noqa: E402
 from pygpuperf.core.units import figure as _fmt  # noqa: E402
 
@@ -102,12 +102,13 @@ def datasheet_figure(results: Results) -> Figure | None:
     return fig
 
 
-def datasheet_chart(results: Results, path: Path) -> Path | None:
-    """Write the chart, PNG or SVG by the path's suffix; None (nothing written) for an unknown card
-    or when no measured ceiling has a datasheet figure."""
+def draw_datasheet_chart(results: Results, path: Path) -> tuple[list[Path], str | None]:
+    """Write the chart, PNG or SVG by the path's suffix, and return the same drawing as datasheet_svg
+    gives it too; ([], None) (nothing written) for an unknown card or when no measured ceiling has a
+    datasheet figure."""
     with chart_style("datasheet"):
         fig = datasheet_figure(results)
-        return None if fig is None else save_figure(fig, path)[0]
+        return ([], None) if fig is None else save_and_inline(fig, "datasheet", path)
 
 
 def datasheet_svg(results: Results) -> str | None:

@@ -11,7 +11,7 @@ document is autoescaped: results files may come from someone else.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pygpuperf.explain.model import Explanation
 from pygpuperf.facts import datasheets
@@ -39,9 +39,9 @@ PREDICTION_DOCUMENT = "explain/prediction.json"
 # --------------------------------------------------------------------------- the page's data
 
 
-def report_view(results: Results) -> dict[str, Any]:
+def report_view(results: Results, charts: Mapping[str, str | None] | None = None) -> dict[str, Any]:
     """What report.html.j2 renders of a Results document: its values as they are (the templates
-    format them), the tables in order, and the charts as inline SVG."""
+    format them), the tables in order, and the charts as inline SVG (see html_report for `charts`)."""
     meta = results.meta
     device = meta.get("device", {}) if isinstance(meta.get("device"), dict) else {}
     versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
@@ -71,23 +71,31 @@ def report_view(results: Results) -> dict[str, Any]:
         "dram": dram, "ridges": [(key, r) for key, r in ridges if r],
         "link_fits": sorted(model.link_fits.items()) if model else [],
         "counting": meta.get("counting", ""),
-        "datasheet_svg": templating.svg(datasheet_svg(results)),
-        "sweep_svg": templating.svg(sweep_svg(results)),
+        "datasheet_svg": templating.svg(_chart(charts, "datasheet", lambda: datasheet_svg(results))),
+        "sweep_svg": templating.svg(_chart(charts, "sweep", lambda: sweep_svg(results))),
     }
+
+
+def _chart(charts: Mapping[str, str | None] | None, name: str, draw: Callable[[], str | None]) -> str | None:
+    # A chart missing from `charts` (writing its files failed) is drawn here: None would read "nothing measured".
+    return charts[name] if charts is not None and name in charts else draw()
 
 
 # --------------------------------------------------------------------------- page
 
 
 def html_report(results: Results, overlays: Sequence[ChartPoint] = (), explanation: Explanation | None = None,
-                predictions: Sequence[Prediction | Mapping[str, Any]] = ()) -> str:
+                predictions: Sequence[Prediction | Mapping[str, Any]] = (),
+                charts: Mapping[str, str | None] | None = None) -> str:
     """The whole page as text. With the run's `explanation` (what explain.json holds) and
     `predictions` (prediction.json's documents), their sections follow the roofline, each saying
-    which document it derives from."""
+    which document it derives from. `charts` holds the page markup of charts drawn while their files
+    were written ("roofline", "sweep", "datasheet", as draw_roofline_charts, draw_sweep_chart and
+    draw_datasheet_chart return it); a chart it lacks is drawn here, the roofline with `overlays`."""
     device = results.meta.get("device", {})
     name = device.get("name", "device") if isinstance(device, dict) else "device"
-    view = report_view(results)
-    view["roofline_svg"] = templating.svg(roofline_svg(results, overlays))
+    view = report_view(results, charts)
+    view["roofline_svg"] = templating.svg(_chart(charts, "roofline", lambda: roofline_svg(results, overlays)))
     view["explain"] = explain_view(explanation, results, source=EXPLAIN_DOCUMENT) if explanation else None
     view["prediction"] = prediction_view(predictions, document=PREDICTION_DOCUMENT) if predictions else None
     return templating.render("report.html.j2", title=f"pygpuperf: {name}", **view)
@@ -95,8 +103,9 @@ def html_report(results: Results, overlays: Sequence[ChartPoint] = (), explanati
 
 def write_html_report(results: Results, path: Path, overlays: Sequence[ChartPoint] = (),
                       explanation: Explanation | None = None,
-                      predictions: Sequence[Prediction | Mapping[str, Any]] = ()) -> Path:
+                      predictions: Sequence[Prediction | Mapping[str, Any]] = (),
+                      charts: Mapping[str, str | None] | None = None) -> Path:
     """Write report.html (or whatever `path` names); returns the path."""
     path = Path(path)
-    path.write_text(html_report(results, overlays, explanation, predictions), encoding="utf-8")
+    path.write_text(html_report(results, overlays, explanation, predictions, charts), encoding="utf-8")
     return path
