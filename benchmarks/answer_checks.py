@@ -2,6 +2,11 @@
 fleet command's figures against roofline --quick on the same GPU.
 
     python benchmarks/answer_checks.py DEFAULT_STDOUT FULL_STDOUT FLEET.json QUICK_RESULTS.json
+    python benchmarks/answer_checks.py ceilings DEFAULT_RESULTS.json FULL_RESULTS.json
+
+ceilings: every machine-model ceiling of the two runs side by side, each marked by whether the default's plan
+for it differs from the full search's (a trimmed variant search or sweep) or is the same (then any
+difference is the card's run-to-run spread).
 """
 
 from __future__ import annotations
@@ -36,7 +41,30 @@ def best(results: dict) -> dict[str, dict]:
     return out
 
 
+_TRIMMED = ("memory.hbm.", "transfer.")  # the default's plan differs from the full search's for these sources
+
+
+def ceilings(default_path: Path, full_path: Path) -> int:
+    default = json.loads(default_path.read_text(encoding="utf-8"))["machine_model"]
+    full = json.loads(full_path.read_text(encoding="utf-8"))["machine_model"]
+    rows = []
+    for table_name in ("compute", "memory", "links", "latency"):
+        for key, ceiling in default.get(table_name, {}).items():
+            other = full.get(table_name, {}).get(key)
+            if isinstance(ceiling, dict) and isinstance(other, dict) and other.get("value"):
+                plan = "trimmed" if str(ceiling.get("source", "")).startswith(_TRIMMED) else "same plan"
+                rows.append((table_name, key, plan, ceiling["value"], other["value"], ceiling["value"] / other["value"] - 1))
+    for plan in ("trimmed", "same plan"):
+        chosen = [r for r in rows if r[2] == plan]
+        print(f"{plan}: {sum(abs(r[5]) <= 0.01 for r in chosen)} of {len(chosen)} ceilings within 1 %")
+        for table_name, key, _, d, f, r in sorted(chosen, key=lambda r: -abs(r[5])):
+            print(f"  {table_name:8s} {key:26s} default {d:10,.1f} full {f:10,.1f} {100 * r:+6.2f}%")
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1] == "ceilings":
+        return ceilings(Path(sys.argv[2]), Path(sys.argv[3]))
     default, full = table(Path(sys.argv[1])), table(Path(sys.argv[2]))
     rows = sorted(((default[k] / full[k] - 1, k) for k in set(default) & set(full) if full[k]), key=lambda r: -abs(r[0]))
     within = sum(abs(r) <= 0.01 for r, _ in rows)
