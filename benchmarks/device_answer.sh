@@ -6,6 +6,10 @@ build_extension
 mkdir -p /tmp/w
 step "pytest -m 'gpu or multigpu'"
 timeout 170 python3 -m pytest -m "gpu or multigpu" -q -rs -x -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -3
+step "start-up costs"
+for what in "import torch" "import torch; torch.zeros(1, device='cuda')" "import pygpuperf.cli.roofline"; do
+  /usr/bin/time -f "%e s: $what" python3 -c "$what" 2>&1 | tail -1 | tee -a "$log"
+done
 step "energy check"
 timeout 40 python3 benchmarks/energy_check.py 2>&1 | grep -v Warn | tee "$OUT/energy_check.txt"
 time_main_command 130

@@ -73,9 +73,13 @@ def _most_specific(error: jsonschema.ValidationError) -> jsonschema.ValidationEr
     return error
 
 
+@lru_cache(maxsize=None)
+def _validator(schema_name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(schema(schema_name))
+
+
 def _check(doc: Any, schema_name: str, origin: str, kind: str) -> None:
-    validator = jsonschema.Draft202012Validator(schema(schema_name))
-    error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    error = jsonschema.exceptions.best_match(_validator(schema_name).iter_errors(doc))
     if error is not None:
         error = _most_specific(error)
         where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
@@ -195,21 +199,24 @@ def write_checkpoint(results: Results, out_dir: Path) -> Path:
 
 
 def _finite(value: Any) -> Any:
-    """`value` as plain JSON with every NaN or infinity as null: JSON has no spelling for them."""
+    """`value` as plain JSON in one pass: every NaN or infinity as null (JSON has no spelling for them),
+    tuples as lists, keys and anything else JSON cannot hold as strings."""
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
-    return value
+    return str(value)
 
 
 def write_document(path: Path, doc: Any, schema_name: str, kind: str) -> Path:
     """The one writer of pygpuperf's documents: `doc` as plain JSON, checked against
     data/<schema_name>.schema.json, written atomically. A document that fails its schema is still
     written, beside it as <name>.invalid.json (nothing measured is lost), and ResultsFileError says why."""
-    plain = _finite(json.loads(json.dumps(doc, default=str)))
+    plain = _finite(doc)
     text = json.dumps(plain, indent=1, allow_nan=False, ensure_ascii=False) + "\n"
     try:
         _check(plain, schema_name, str(path), kind)

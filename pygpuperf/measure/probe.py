@@ -5,6 +5,8 @@ sequence: setup -> poison -> warm-up -> timed samples (core.timing.sample_second
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import dataclasses
+import time
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +24,20 @@ class RunSettings:
     size_bytes: int = 0  # 0: the probe sizes itself from the device
     poison_after_runs: bool = False  # test hook: verification must then fail
     quick: bool = False  # the --quick suite: fewer variants and sweep points
+    # The default suite's limits (0: none). A sweep point is one of a curve's many: it takes this many samples.
+    sweep_samples: int = 0
+    # A run this long or longer takes only the samples that fit this many seconds (at least MIN_SAMPLES).
+    sample_budget_s: float = 0.0
+
+    def for_probe(self, name: str) -> "RunSettings":
+        """The settings one probe runs with: a sweep point's fewer samples where the suite sets them."""
+        if self.sweep_samples and name.endswith(".sweep") and self.sweep_samples < self.samples:
+            return dataclasses.replace(self, samples=self.sweep_samples)
+        return self
+
+
+# Fewest samples a budget leaves a long run: enough for a median and a spread.
+MIN_SAMPLES = 5
 
 
 @dataclass
@@ -102,6 +118,21 @@ class ProbeRun:
     params: Params
 
 
+def _budgeted(probe: Probe, device: torch.device, settings: RunSettings) -> tuple[int, int]:
+    """(warm-up runs left, timed samples): with a sample budget, the first warm-up run is timed on the host
+    and a long run takes only the samples that fit the budget (the fp32 16384-cube GEMM: 166 ms a run)."""
+    if settings.sample_budget_s <= 0 or settings.warmup < 1 or settings.samples <= MIN_SAMPLES:
+        return settings.warmup, settings.samples
+    probe.before_sample()
+    synchronize(device)
+    start = time.perf_counter()
+    probe.run()
+    synchronize(device)
+    run_s = time.perf_counter() - start
+    fit = int(settings.sample_budget_s / run_s) if run_s > 0 else settings.samples
+    return settings.warmup - 1, max(MIN_SAMPLES, min(settings.samples, fit))
+
+
 def run_probe(probe: Probe, device: torch.device, settings: RunSettings) -> ProbeRun:
     """The one measurement sequence every Python probe goes through (portable torch probes, collectives).
 
@@ -124,7 +155,8 @@ def run_probe(probe: Probe, device: torch.device, settings: RunSettings) -> Prob
             probe.setup(device, settings)
             if not settings.poison_after_runs:
                 probe.poison()
-            seconds = sample_seconds(probe.run, device, settings.warmup, settings.samples,
+            warmup, samples = _budgeted(probe, device, settings)
+            seconds = sample_seconds(probe.run, device, warmup, samples,
                                      before_sample=probe.before_sample, spin=True, spin_cycles=probe.spin_cycles,
                                      host_clock=probe.host_clock, kernel_clock=probe.kernel_clock)
             if settings.poison_after_runs:

@@ -114,6 +114,7 @@ def _default_search(planned: list[PlannedProbe], device: torch.device) -> list[P
     order = table["searches"].get(_architecture(device) or "", {})
     references = set(table["reference_sizes"]["sizes"])
     largest = units.parse_bytes(table["transfer_sizes"]["largest"]) or 0
+    largest_pageable = units.parse_bytes(table["transfer_sizes"]["largest_pageable"]) or 0
     native_transfers = {p.name for p in planned if p.name.startswith("transfer.") and p.backend.family == "native"}
     kept = []
     for p in planned:
@@ -123,7 +124,8 @@ def _default_search(planned: list[PlannedProbe], device: torch.device) -> list[P
             continue  # a variant that lost this search on this architecture
         if p.name in native_transfers and p.backend.family != "native" and p.variant and p.variant not in references:
             continue
-        if p.name in native_transfers and p.backend.family == "native" and (units.parse_bytes(p.variant) or 0) > largest:
+        limit = largest_pageable if ".pageable" in p.name else largest
+        if p.name in native_transfers and p.backend.family == "native" and (units.parse_bytes(p.variant) or 0) > limit:
             continue  # past the plateau: the copy rate and the latency fit are settled below it
         kept.append(p)
     # Each search tries its variants in the order they won; probes keep their place in the suite.
@@ -142,7 +144,7 @@ def run_one(probe: PlannedProbe, device: torch.device, settings: RunSettings) ->
         return Measurement.not_run(probe.name, backend=backend_name, device=str(device), status="waived", reason=reason)
     try:
         with nvml.sampling(device) as sampler:
-            measurement = probe.backend.measure(probe.name, device, settings, probe.variant)
+            measurement = probe.backend.measure(probe.name, device, settings.for_probe(probe.name), probe.variant)
         measurement.telemetry = sampler.telemetry if sampler.active else None
         if probe.variant:  # every backend's result says which variant it is
             measurement.params.setdefault("variant", probe.variant)

@@ -873,6 +873,7 @@ class KernelSizeProbe(Probe):
         self._level, self._op, self._bytes = "hbm", "copy", _KERNEL_BYTES[0]
         self._sources: list[torch.Tensor] = []
         self._targets: list[torch.Tensor] = []
+        self._target_pool = torch.empty(0)
         self._turn = 0
         self._l2 = 0
 
@@ -908,8 +909,8 @@ class KernelSizeProbe(Probe):
         # One allocation each, cut into consecutive buffers (as the caching allocator lays out separate small
         # tensors): tens of thousands of allocations took 1.5 s for the 4 KiB point.
         sources = torch.randint(1, 16, (sets, elements), dtype=torch.float32, device=device)
-        targets = torch.empty(sets, elements if self._op != "read" else 1, dtype=torch.float32, device=device)
-        self._sources, self._targets = list(sources.unbind(0)), list(targets.unbind(0))
+        self._target_pool = torch.empty(sets, elements if self._op != "read" else 1, dtype=torch.float32, device=device)
+        self._sources, self._targets = list(sources.unbind(0)), list(self._target_pool.unbind(0))
         self._turn = 0
 
     def before_sample(self) -> None:
@@ -921,8 +922,7 @@ class KernelSizeProbe(Probe):
                 "copy": Work(bytes_read=size, bytes_written=size)}[self._op]
 
     def poison(self) -> None:
-        for t in self._targets:
-            t.fill_(math.nan)
+        self._target_pool.fill_(math.nan)  # every buffer in one kernel
 
     def run(self) -> None:
         src, dst = self._sources[self._turn], self._targets[self._turn]
@@ -950,7 +950,7 @@ class KernelSizeProbe(Probe):
                 "l2_bytes": self._l2, "dtype": "fp32"}
 
     def teardown(self) -> None:
-        self._sources, self._targets = [], []
+        self._sources, self._targets, self._target_pool = [], [], torch.empty(0)
 
 
 # --------------------------------------------------------------------------- backend
