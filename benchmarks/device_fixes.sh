@@ -14,15 +14,18 @@ for target in "resnet50-train-amp --memory-format nchw --try-fixes $EAGER" "bert
               "resnet50-train --memory-format nchw --tf32 off --try-fixes tf32,amp,channels_last,batch_size" \
               "bert-base-squad-train --amp none --tf32 off --try-fixes tf32,amp,batch_size" \
               "benchmarks/heldout/llm_decode.py:make_step --batch-size 1 --try-fixes cuda_graphs,compile,compile_reduce_overhead,batch_size"; do
+  [ -n "${ONLY:-}" ] && ! echo "$target" | grep -qE -- "$ONLY" && continue  # ONLY: a regex choosing targets
   name=$(echo "$target" | cut -d' ' -f1-6 | tr '/:. ,' '_____' | cut -c1-60)
   step "try-fixes $target"
   timeout "${FIX_S:-100}" python3 -m pygpuperf.explain $target --machine-model "$MODEL" \
     --out "$OUT/fixes/$name" >"$OUT/fixes_$name.txt" 2>&1 || echo "exit $? for $target" | tee -a "$log"
   rm -f "$OUT/fixes/$name/"*.png "$OUT/fixes/$name/"*.svg "$OUT/fixes/$name/.pygpuperf.lock"
 done
-step "bf16 profile"
-timeout 60 python3 -m pygpuperf.explain resnet50-train-bf16 --machine-model "$MODEL" --out /tmp/w/bf16 >"$OUT/bf16_stdout.txt" 2>&1
-cp /tmp/w/bf16/explain.json "$OUT/bf16_explain.json" 2>/dev/null
+if [ -z "${SKIP_BF16:-}" ]; then
+  step "bf16 profile"
+  timeout 60 python3 -m pygpuperf.explain resnet50-train-bf16 --machine-model "$MODEL" --out /tmp/w/bf16 >"$OUT/bf16_stdout.txt" 2>&1
+  cp /tmp/w/bf16/explain.json "$OUT/bf16_explain.json" 2>/dev/null
+fi
 step "fix table"
 python3 benchmarks/fix_table.py "$OUT/fix_table.json" "$OUT"/fixes/*/explain.json | tee "$OUT/fix_table.txt"
 (cd "$OUT" && tar -czf fixes.tar.gz fixes && rm -rf fixes)

@@ -3,9 +3,11 @@
     python benchmarks/fix_table.py OUT.json EXPLAIN.json [...] [--machine-model RESULTS.json]
 
 A fix's error is |predicted - measured| step time as a share of the measured change (baseline -
-measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. A change
-within twice the baseline's CV is "no measurable change": a prediction then counts as right when it
-is as close to the measurement as the noise. With --machine-model the predictions are made again from
+measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. Where the
+step as given was timed again after the fixes, each fix's baseline is interpolated between the two
+timings in the order the fixes ran, and the noise is the larger of twice the baseline's CV and the
+baseline's own move (the card's drift). A change within the noise is "no measurable change": a
+prediction then counts as right when it is as close to the measurement as the noise. With --machine-model the predictions are made again from
 each recorded profile by the current kernel model (the measurements are as recorded).
 """
 
@@ -34,14 +36,21 @@ def rows(path: Path, model=None) -> list[dict]:
     cv = ((doc.get("throughput") or {}).get("step_us") or {}).get("cv") or 0.0
     again = _repredicted(path, model) if model is not None else {}
     out = []
+    measured_fixes = [f for f in doc.get("fixes") or [] if f["status"] == "measured"]
     for fix in doc.get("fixes") or []:
         row = {"workload": workload, "fix": fix["name"], "status": fix["status"], "reason": fix.get("reason", "")}
         base, measured = fix.get("baseline_step_us"), fix.get("measured_step_us")
+        after, drift, moved = fix.get("baseline_after_step_us"), 0.0, 1.0
+        if base and after and fix in measured_fixes:
+            drift = abs(after - base)
+            interpolated = base + (after - base) * (measured_fixes.index(fix) + 1) / (len(measured_fixes) + 1)
+            base, moved = interpolated, interpolated / base
         predicted = again.get(fix["name"], fix.get("predicted_step_us")) if model is not None else fix.get("predicted_step_us")
+        predicted = predicted * moved if predicted is not None else None  # the prediction moves with the card
         if fix["status"] == "measured" and base and measured:
             scale = (fix.get("baseline_samples_per_step") or 1) / (fix.get("samples_per_step") or 1)
             measured, predicted = measured * scale, (predicted * scale if predicted is not None else None)
-            change, noise = base - measured, 2 * cv * base
+            change, noise = base - measured, max(2 * cv * base, drift)
             row.update(baseline_ms=base / 1e3, measured_ms=measured / 1e3, predicted_ms=None if predicted is None
                        else predicted / 1e3, measured_change_ms=change / 1e3, noise_ms=noise / 1e3,
                        measurable=abs(change) > noise)

@@ -114,3 +114,30 @@ def test_a_precision_fix_no_cause_names_is_priced_on_the_kernels_it_changes():
     half.median.kernels[0].kernel_class, half.median.kernels[0].precision = "tensor_gemm", "fp16.acc32"
     assert fixes.predicted_step(half, m, "tf32", {"tf32": "on"}, 4, by_cause={}) == 150.0
     assert fixes.predicted_step(e, m, "cudnn_benchmark", {"cudnn_benchmark": "on"}, 4, by_cause={}) is None
+
+
+def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():
+    times = iter([150.0, 165.0])  # the batch fix, then the step as given once more
+
+    def measure(step, device, samples):
+        step()
+        return Throughput(Stats.of([next(times)] * 3), samples)
+
+    built_knobs = []
+
+    def build(batch, knobs):
+        built_knobs.append((batch, dict(knobs)))
+        return BuiltWorkload(lambda: None, batch or 4, {})
+
+    target = fixes.Target(build, lambda k: True, batch_size=4, knobs={"amp": "none"})
+    trials = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["batch_size"], measure=measure)
+    assert built_knobs[-1] == (4, {"amp": "none"})  # the last build is the step as the user gave it
+    assert [t.baseline_after_step_us for t in trials] == [165.0]
+    drift = fixes.fix_lines(trials)[-1]
+    assert "0.15 → 0.17 ms" in drift and "+10.0%" in drift
+    again = fixes.trial_from_dict(json.loads(json.dumps(trials[0].to_dict())))
+    assert again.baseline_after_step_us == 165.0
+    # Nothing measured: nothing to compare, no second build.
+    built_knobs.clear()
+    waived = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["tf32"], measure=measure)
+    assert waived[0].status == "waived" and waived[0].baseline_after_step_us is None and not built_knobs
