@@ -232,9 +232,18 @@ def test_channels_last_prices_nchw_batch_norms_at_the_steps_own_streaming_effici
     efficiency = add / 12.5
     cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
     assert 0.5 < efficiency < 1 and cause.evidence["streaming_efficiency"] == pytest.approx(efficiency, abs=1e-3)
-    # The transposes go, and the batch norm runs at the add's share of its bound.
+    # The transposes go, and the batch norm (inference: one pass) runs at the add's share of its bound.
     assert cause.fix.saves_us == pytest.approx(50 + 50 - bn / efficiency, rel=1e-3)
     assert "batch norms" in cause.advice
+    # Training: the backward batch norm streams its input and grad_out twice (4 reads + 1 write, not 2 + 1).
+    records += [k("memory_bound", 80, "aten::cudnn_batch_norm_backward", "fp16", nbytes=70.5e6, module="layer1.bn1",
+                  phase="backward")]
+    e = explanation(records)
+    findings.explain_findings(e, {"memory_format": "nchw"}, gpu_model())
+    forward, backward = (attribution.kernel_bound(e.median.kernels[i], gpu_model())[0] for i in (2, 4))
+    cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
+    assert cause.fix.saves_us == pytest.approx(
+        50 + (50 - 1.5 * forward / efficiency) + (80 - 5 / 3 * backward / efficiency), rel=1e-3)
 
 
 def test_amp_halves_activation_traffic_outside_autocasts_fp32_list_and_not_for_access_bound_kernels():
