@@ -467,6 +467,11 @@ class Results:
     findings: list[Finding] = field(default_factory=list)
     workloads: list[WorkloadResult] = field(default_factory=list)
 
+    def device_name(self) -> str | None:
+        """The measured device's name as the run recorded it (None: it recorded none)."""
+        device = self.meta.get("device")
+        return str(device["name"]) if isinstance(device, dict) and device.get("name") else None
+
     def best(self, name: str) -> Measurement | None:
         """The best usable measurement of `name`, whichever backend or variant measured it."""
         usable = [m for m in self.measurements if m.name == name and m.usable]

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, tiles, words
-from pygpuperf.explain.classify import is_matrix_vector
+from pygpuperf.explain.classify import MATMUL_OPS, is_matrix_vector
 from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, KernelRecord,
                                      Timeline)
 from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_FALLBACK, PART_FIXED, PART_LAYOUT,
@@ -56,7 +56,6 @@ _ATTENTION_OP = re.compile(r"scaled_dot_product|flash|efficient_attention|cudnn_
 _NHWC_NAME = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHWtoNHWC|NHWCtoNCHW|nhwcAddPadding|FoldedNhwc",
                         re.I)
 _VIEW_FALLBACK_OPS = ("aten::reshape", "aten::flatten", "aten::_reshape_alias", "aten::view_as", "aten::unflatten")
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
 _SPLIT_K = re.compile(r"split_?k|ReduceSplitK|reduce_wgrad", re.I)
 _ALIGN1 = re.compile(r"align1\b|align2\b|_align[12]_", re.I)
 

@@ -345,6 +345,9 @@ def classify(record: KernelRecord, context: KernelContext | None = None) -> tupl
     return OTHER, ""
 
 
+# The aten ops that are one matrix product (their kernels are the GEMMs the shape rules read).
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+
 # A GEMM with this few rows or columns streams its matrix once for a handful of FLOPs per byte:
 # memory-bound on every card, whichever library runs it (cuBLAS gemv, a GEMM kernel, a split-K).
 GEMV_MAX_DIM = 16
@@ -354,13 +357,11 @@ def is_matrix_vector(record: KernelRecord) -> bool:
     """Whether the record's GEMM is a matrix-vector product (or a few vectors: decode with a small batch)."""
     from pygpuperf.explain.tiles import output_shape
 
-    if record.op not in _MATMUL_OPS:
+    if record.op not in MATMUL_OPS:
         return False  # a convolution with few channels still runs as a GEMM over its pixels
     shape = output_shape(record)
     return shape is not None and min(shape[1], shape[2]) <= GEMV_MAX_DIM
 
-
-_MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
 
 def classify_all(records: Sequence[KernelRecord], context: KernelContext | None = None) -> None:

@@ -19,6 +19,7 @@ import torch
 
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, causes, explainer, words
+from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
 
@@ -125,12 +126,12 @@ def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRec
     """How a precision fix changes a kernel, as the kernel model prices it (None: not a precision fix)."""
     def tf32(r: KernelRecord) -> KernelRecord | None:
         if r.kernel_class == VECTOR_MATH and r.precision == "fp32" and r.flops > 0 and (
-                r.op in causes.MATMUL_OPS or "conv" in r.op.lower()):
+                r.op in MATMUL_OPS or "conv" in r.op.lower()):
             return dataclasses.replace(r, kernel_class=TENSOR_GEMM, precision="tf32.acc32")
         return None
 
     def fp16_accumulation(r: KernelRecord) -> KernelRecord | None:  # cuBLAS only: convolutions keep theirs
-        if r.kernel_class == TENSOR_GEMM and r.precision == "fp16.acc32" and r.op in causes.MATMUL_OPS:
+        if r.kernel_class == TENSOR_GEMM and r.precision == "fp16.acc32" and r.op in MATMUL_OPS:
             return dataclasses.replace(r, precision="fp16.acc16")
         return None
 

@@ -416,7 +416,7 @@ def draw_explain_charts(explanation: Explanation, out_dir: Path, results: Result
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     machine = None if results is None else _as_results(results)
-    device = _device_name(machine)
+    device = machine.device_name() if machine is not None else None
     pages: dict[str, str | None] = {"waterfall": None, "roofline": None}
     with chart_style("explain-waterfall"):
         written, pages["waterfall"] = _files_and_page(waterfall_figure(explanation, device), "explain-waterfall",
@@ -442,13 +442,6 @@ def _files_and_page(fig: Figure, prefix: str, paths: Sequence[Path]) -> tuple[li
         plt.close(fig)
         raise
     return written, page_svg(fig, prefix)
-
-
-def _device_name(results: Results | None) -> str | None:
-    if results is None:
-        return None
-    device = results.meta.get("device")
-    return str(device["name"]) if isinstance(device, dict) and device.get("name") else None
 
 
 # --------------------------------------------------------------------------- SVG for a page

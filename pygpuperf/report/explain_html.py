@@ -33,13 +33,6 @@ def _results(machine: Results | MachineModel | None) -> Results | None:
     return Results(meta={"device": {"name": machine.device}}, machine_model=machine)
 
 
-def _device_name(explanation: Explanation, results: Results | None) -> str:
-    device = results.meta.get("device") if results is not None else None
-    if isinstance(device, dict) and device.get("name"):
-        return str(device["name"])
-    return explanation.device
-
-
 def _group_rows(explanation: Explanation, top: int) -> tuple[list[dict[str, Any]], int]:
     """The `top` kernel groups by time, as the table shows them, and how many groups there are."""
     groups = kernel_groups(explanation)
@@ -96,7 +89,7 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
     when the section sits on another document's page. `charts` are the page markups draw_explain_charts
     made while writing the chart files (drawn here otherwise)."""
     results = _results(results)
-    device = _device_name(explanation, results)
+    device = (results.device_name() if results is not None else None) or explanation.device
     step = explanation.median
     w = step.waterfall
     kind = words.kind_of(explanation.device)
