@@ -454,10 +454,10 @@ def best_per_backend(measurements: Iterable[Measurement]) -> list[tuple[Measurem
     return [(best_of(group) or group[0], len(group)) for group in groups.values()]
 
 
-
 def measurement_dict(m: Measurement) -> dict[str, Any]:
     """One measurement as results.json holds it."""
     return _clean(dataclasses.asdict(m))
+
 
 @dataclass
 class Results:

@@ -389,6 +389,10 @@ def _modules(records: Sequence[KernelRecord], idx: Sequence[int]) -> list[str]:
     return seen[:5]
 
 
+_BATCH_NORM = re.compile(r"batch_norm", re.I)
+_NOT_STREAMING = re.compile(r"norm|pool|conv", re.I)  # kernels whose NCHW form has its own access pattern
+
+
 # Ops autocast runs in fp32 whatever their inputs (torch's autocast fp32 list), with their backward; and
 # those whose output stays fp32 because their weight is (embeddings): their traffic does not halve under AMP.
 _AUTOCAST_FP32 = frozenset((
@@ -421,10 +425,6 @@ def _amp_traffic_saving(records: Sequence[KernelRecord], exclusive: Sequence[flo
             continue
         new[i] = pricing.reprice(r, dataclasses.replace(r, bytes=r.bytes / 2))
     return _saved(records, exclusive, list(new), new)
-
-
-_BATCH_NORM = re.compile(r"batch_norm", re.I)
-_NOT_STREAMING = re.compile(r"norm|pool|conv", re.I)  # kernels whose NCHW form has its own access pattern
 
 
 def _bound(part: attribution.KernelPart) -> float:

@@ -4,9 +4,9 @@ sequence: setup -> poison -> warm-up -> timed samples (core.timing.sample_second
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 import dataclasses
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +26,7 @@ class RunSettings:
     quick: bool = False  # the --quick suite: fewer variants and sweep points
     # The default suite's limits (0: none). A sweep point is one of a curve's many: it takes this many samples.
     sweep_samples: int = 0
-    # A run this long or longer takes only the samples that fit this many seconds (at least MIN_SAMPLES).
+    # Seconds of timed samples a long run may take: fewer samples where they do not fit (at least MIN_SAMPLES).
     sample_budget_s: float = 0.0
 
     def for_probe(self, name: str) -> "RunSettings":
