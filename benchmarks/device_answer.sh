@@ -3,7 +3,6 @@
 # with its phases in results.json), and the full variant search (its ceilings against the default's).
 source "$(dirname "$0")/device_env.sh"
 build_extension
-mkdir -p /tmp/w
 step "pytest -m 'gpu or multigpu'"
 timeout 170 python3 -m pytest -m "gpu or multigpu" -q -rs -x -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -3
 step "start-up costs"
@@ -14,6 +13,6 @@ step "energy check"
 timeout 40 python3 benchmarks/energy_check.py 2>&1 | grep -v Warn | tee "$OUT/energy_check.txt"
 time_main_command 130
 step "full search (no model)"
-timeout "${FULL_S:-175}" python3 -m pygpuperf.roofline --full --model none --out /tmp/w/full >"$OUT/full_stdout.txt" 2>&1; echo "exit $?" >>"$OUT/full_stdout.txt"
-cp /tmp/w/full/results.json "$OUT/full_results.json" 2>/dev/null
+timeout "${FULL_S:-175}" python3 -m pygpuperf.roofline --full --model none --out "$WORK/full" >"$OUT/full_stdout.txt" 2>&1; echo "exit $?" >>"$OUT/full_stdout.txt"
+cp "$WORK/full"/results.json "$OUT/full_results.json" 2>/dev/null
 step "done"

@@ -7,13 +7,16 @@ log="$OUT/device_log.txt"
 export PYTHONUNBUFFERED=1 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export PATH="$CUDA_HOME/bin:$PATH"
 
+# Scratch space for runs whose folders are too many files to send back whole.
+WORK="${WORK:-$(mktemp -d)}"
+
 step() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$log"; }
 
 # Wheels missing from the machine's image travel in .whl/.
 if compgen -G ".whl/*.whl" >/dev/null; then
   step "carried wheels"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >>"$log" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" .whl/*.whl \
+    >>"$log" 2>&1 && export PYTHONPATH="$WORK/site"${PYTHONPATH:+:$PYTHONPATH}
 fi
 
 # The extension, built for this machine's GPU (the log keeps the compiler's output).
@@ -27,11 +30,10 @@ build_extension() {
 # The main command as a user runs it, timed, with its phases (results.json's meta) in the log.
 time_main_command() {
   step "main command (default)"
-  mkdir -p /tmp/w
-  local start; start=$(date +%s%N)
-  timeout "${1:-130}" python3 -m pygpuperf.roofline --out /tmp/w/default >"$OUT/default_stdout.txt" 2>&1
+    local start; start=$(date +%s%N)
+  timeout "${1:-130}" python3 -m pygpuperf.roofline --out "$WORK/default" >"$OUT/default_stdout.txt" 2>&1
   echo "exit $?" >>"$OUT/default_stdout.txt"
   echo "main command wall $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$log"
-  cp /tmp/w/default/results.json "$OUT/default_results.json"
-  python3 -c "import json; m=json.load(open('/tmp/w/default/results.json'))['meta']; print('suite_seconds', m.get('suite_seconds'), 'phases', m.get('phase_seconds'))" | tee -a "$log"
+  cp "$WORK/default"/results.json "$OUT/default_results.json"
+  python3 -c "import json; m=json.load(open('$WORK/default/results.json'))['meta']; print('suite_seconds', m.get('suite_seconds'), 'phases', m.get('phase_seconds'))" | tee -a "$log"
 }

@@ -4,7 +4,6 @@
 # predicted-vs-measured table of every fix, and one bf16 profile.
 source "$(dirname "$0")/device_env.sh"
 build_extension
-mkdir -p /tmp/w
 MODEL="${MODEL:?results.json of this card}"
 [ -n "${SKIP_DEFAULT:-}" ] || time_main_command 120
 # torch.compile of a whole training step takes a minute or more: it is tried on the decode step only.
@@ -23,8 +22,8 @@ for target in "resnet50-train-amp --memory-format nchw --try-fixes $EAGER" "bert
 done
 if [ -z "${SKIP_BF16:-}" ]; then
   step "bf16 profile"
-  timeout 60 python3 -m pygpuperf.explain resnet50-train-bf16 --machine-model "$MODEL" --out /tmp/w/bf16 >"$OUT/bf16_stdout.txt" 2>&1
-  cp /tmp/w/bf16/explain.json "$OUT/bf16_explain.json" 2>/dev/null
+  timeout 60 python3 -m pygpuperf.explain resnet50-train-bf16 --machine-model "$MODEL" --out "$WORK/bf16" >"$OUT/bf16_stdout.txt" 2>&1
+  cp "$WORK/bf16"/explain.json "$OUT/bf16_explain.json" 2>/dev/null
 fi
 step "fix table"
 python3 benchmarks/fix_table.py "$OUT/fix_table.json" "$OUT"/fixes/*/explain.json | tee "$OUT/fix_table.txt"
