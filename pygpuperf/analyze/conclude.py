@@ -14,14 +14,13 @@ from pygpuperf.core.results import (NOISY_CV, Finding, MachineModel, Measurement
                                     best_per_backend, is_series_point, lower_is_better)
 from pygpuperf.analyze.machine_model import build_machine_model
 from pygpuperf.facts import peaks
+from pygpuperf.facts.nvml import BENIGN_CLOCK_REASONS
 
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
 BACKEND_AGREEMENT_FACTOR = 2.0
 # torch may beat a native probe by at most this factor (noise) before it is called out.
 NATIVE_MARGIN = 1.01
 
-# Clock-event reasons that say nothing about the card's health.
-_BENIGN_CLOCK_REASONS = ("idle", "application_clock_setting")
 
 # The precision key a workload's precision label is held against ("fp16-amp": AMP with fp16 tensors,
 # which accumulate in fp32); plain fp32 runs on the vector units.
@@ -80,7 +79,7 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                                     "Do not trust this figure; check the probe's byte or FLOP accounting."))
         if m.telemetry:
             for reason in m.telemetry.throttle_reasons:
-                if reason not in _BENIGN_CLOCK_REASONS:
+                if reason not in BENIGN_CLOCK_REASONS:
                     throttled[reason].setdefault(f"{m.name} ({m.backend})", m)  # once per probe, not per variant
     noisy = {f"{m.name} ({m.backend})": round(m.stats.cv, 3) for m, _ in best_per_backend(measurements)
              if m.noisy and not is_series_point(m.name)}

@@ -24,7 +24,9 @@ import numpy as np
 
 from pygpuperf.analyze import diagnostics, transfers
 from pygpuperf.core.results import NOISY_CV
+from pygpuperf.core.units import figure as _fmt
 from pygpuperf.facts import datasheets
+from pygpuperf.facts.nvml import BENIGN_CLOCK_REASONS
 from pygpuperf.facts.health import empty_health
 
 SCHEMA_ID = "pygpuperf-fleet/1"
@@ -56,8 +58,6 @@ DEFAULT_TOLERANCES: dict[str, Any] = {
     "datasheet_minimums": True,  # cards a thresholds file does not name are held to datasheet x share
     "ecc_uncorrected": 0,  # volatile uncorrectable ECC errors a GPU may show
 }
-# Clock-event reasons that say nothing about a card's health.
-BENIGN_CLOCK_REASONS = ("idle", "application_clock_setting")
 # Findings listing GPUs name at most this many; the count says how many there are.
 MAX_NAMED = 20
 
@@ -356,12 +356,6 @@ def _finding(severity: str, kind: str, title: str, suggestion: str = "", ranks: 
     return {"severity": severity, "kind": kind, "title": title, "suggestion": suggestion,
             "ranks": ranks[:MAX_NAMED], "count": len(ranks) if count is None else count, "host": host,
             "figure": figure, "evidence": evidence or {}}
-
-
-def _fmt(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 class _Judge:
@@ -714,7 +708,7 @@ def _fleet_findings(stats: dict[str, Any], thresholds: Thresholds, noisy: dict[i
         shares = [f["straggler_share"] for f in judged.values()]
         capped = [n for n, f in judged.items() if f["straggler_share"] >= MAX_STRAGGLER_SHARE]
         basis = ("set by the thresholds file" if tol.get("straggler_percent") is not None else
-                 f"{K_SIGMA:g} x the measured noise per figure: the spread across the fleet (1.4826 x MAD / median) or "
+                 f"{K_SIGMA:g} x the measured noise per figure: the spread across the fleet ({MAD_TO_SIGMA:g} x MAD / median) or "
                  f"the median sample CV, whichever is larger, at least {100 * MIN_STRAGGLER_SHARE:g}%")
         out.append(_finding(
             "warning" if capped else "info", "straggler_threshold",

@@ -15,7 +15,7 @@ import tempfile
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TextIO
 
 import jsonschema
 import pandas as pd
@@ -78,7 +78,8 @@ def _validator(schema_name: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema(schema_name))
 
 
-def _check(doc: Any, schema_name: str, origin: str, kind: str) -> None:
+def check_document(doc: Any, schema_name: str, origin: str, kind: str) -> None:
+    """Raise ResultsFileError (one line naming `origin` and where) unless `doc` matches data/<schema_name>.schema.json."""
     error = jsonschema.exceptions.best_match(_validator(schema_name).iter_errors(doc))
     if error is not None:
         error = _most_specific(error)
@@ -88,7 +89,7 @@ def _check(doc: Any, schema_name: str, origin: str, kind: str) -> None:
 
 def validate_document(doc: Any, origin: str = "document") -> None:
     """Raise ResultsFileError unless `doc` is a valid pygpuperf/1 results document."""
-    _check(doc, "results", origin, "pygpuperf/1 results file")
+    check_document(doc, "results", origin, "pygpuperf/1 results file")
 
 
 def load_document(path: str | os.PathLike, schema_name: str, kind: str) -> Any:
@@ -106,7 +107,7 @@ def load_document(path: str | os.PathLike, schema_name: str, kind: str) -> Any:
         raise ResultsFileError(f"{path}: cannot read: {exc}") from None
     except (ValueError, RecursionError) as exc:
         raise ResultsFileError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
-    _check(doc, schema_name, str(path), kind)
+    check_document(doc, schema_name, str(path), kind)
     return doc
 
 
@@ -219,7 +220,7 @@ def write_document(path: Path, doc: Any, schema_name: str, kind: str) -> Path:
     plain = _finite(doc)
     text = json.dumps(plain, indent=1, allow_nan=False, ensure_ascii=False) + "\n"
     try:
-        _check(plain, schema_name, str(path), kind)
+        check_document(plain, schema_name, str(path), kind)
     except ResultsFileError:
         atomic_write(path.with_name(path.stem + ".invalid.json"), text)
         raise
@@ -229,10 +230,16 @@ def write_document(path: Path, doc: Any, schema_name: str, kind: str) -> Path:
 
 def atomic_write(path: Path, text: str) -> None:
     """Replace `path` with `text` in one step: a reader sees the old file or the new, never half of one."""
+    atomic_write_with(path, lambda f: f.write(text))
+
+
+def atomic_write_with(path: Path, write: Callable[[TextIO], Any]) -> None:
+    """Replace `path` with what `write` writes into a text file beside it, in one step (streamed: a large
+    document is never held whole in memory)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from pygpuperf.facts import links, nvml
-from pygpuperf.facts.nvml import query as _query
+from pygpuperf.facts.nvml import query as _query, text as _text
 
 # NVLink error counters by the nvidia-ml-py constant of each, under neutral names.
 _LINK_COUNTERS = (("NVML_NVLINK_ERROR_DL_REPLAY", "replay"), ("NVML_NVLINK_ERROR_DL_RECOVERY", "recovery"),
@@ -136,7 +136,7 @@ def device_health(device: torch.device) -> dict[str, Any]:
     health.update(
         source="nvml",
         reason=None,
-        name=name.decode(errors="replace") if isinstance(name, bytes) else name,
+        name=_text(name),
         uuid=facts.get("uuid"),
         serial=facts.get("serial"),
         pci_bus_id=bus_id,
@@ -160,7 +160,3 @@ def device_health(device: torch.device) -> dict[str, Any]:
     return health
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

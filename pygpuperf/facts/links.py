@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import torch
 
 from pygpuperf.facts import nvml
-from pygpuperf.facts.nvml import query as _query
+from pygpuperf.facts.nvml import query as _query, text as _text
 
 # Payload rate per lane and direction (GB/s) by PCIe generation, after line encoding:
 # 8b/10b for Gen1-2 (2.5, 5 GT/s), 128b/130b for Gen3-5 (8, 16, 32 GT/s), and for Gen6
@@ -173,12 +173,6 @@ class PairLink:
     p2p_read: bool | None
     p2p_write: bool | None
     p2p_status: dict[str, str] = field(default_factory=dict)
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _host_link(nvml, h) -> HostLink:

@@ -33,6 +33,8 @@ _THROTTLE_REASONS = (
 )
 _THROTTLE_BITS = {getattr(pynvml, constant): name for constant, name in _THROTTLE_REASONS
                   if pynvml is not None and hasattr(pynvml, constant)}
+# Clock-event reasons that say nothing about a card's health.
+BENIGN_CLOCK_REASONS = ("idle", "application_clock_setting")
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -90,8 +92,8 @@ def static_facts(device: torch.device) -> dict[str, Any]:
         return {}
     n = pynvml
     facts: dict[str, Any] = {
-        "uuid": _text(query(n.nvmlDeviceGetUUID, h)),
-        "serial": _text(query(n.nvmlDeviceGetSerial, h)),
+        "uuid": text(query(n.nvmlDeviceGetUUID, h)),
+        "serial": text(query(n.nvmlDeviceGetSerial, h)),
         "driver_version": query(n.nvmlSystemGetDriverVersion),
         "sm_clock_mhz": query(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM),
         "sm_clock_max_mhz": query(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM),
@@ -116,7 +118,8 @@ def static_facts(device: torch.device) -> dict[str, Any]:
     return facts
 
 
-def _text(value: Any) -> str | None:
+def text(value: Any) -> str | None:
+    """An NVML string (bytes in older bindings) as text; None stays None."""
     if value is None:
         return None
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

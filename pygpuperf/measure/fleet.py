@@ -577,7 +577,6 @@ def _run_in_group(settings: FleetSettings, launch: Launch, device: torch.device,
     local_index = layout.host_ranks.index(launch.rank)
     planned = plan_suite(device, settings.probes)
     share = _budget_share(settings, local_world)
-    errors: list[str] = []
     started = time.monotonic()
     before = health.device_health(device)
     records: list[ProbeRecord] = []
@@ -595,7 +594,7 @@ def _run_in_group(settings: FleetSettings, launch: Launch, device: torch.device,
                    "budget_share_s": share, "seconds": round(suite_seconds, 3), "budget_spent": exhausted,
                    "planned": len(planned), "run": sum(1 for r in records if r.seconds > 0),
                    "samples": run_settings.samples}
-    doc = rank_document(device, launch, host, records, before, after, suite_facts, errors)
+    doc = rank_document(device, launch, host, records, before, after, suite_facts)
     text = bounded_json(doc)
 
     # The host's P2P matrix, by its leader, while the other ranks of the host wait.

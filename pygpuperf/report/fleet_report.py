@@ -9,12 +9,9 @@ fetches nothing and runs no script.
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -216,11 +213,6 @@ def fleet_html(doc: dict[str, Any]) -> str:
         "values": [_fmt(v["figures"][n]["value"]) if n in v["figures"] else "-" for n in names],
     } for v in shown]
     charts = [{"host": h["host"], "png": png} for h in _p2p_hosts(doc) if (png := p2p_chart_png(h))]
-    expected = {}
-    for card, group in doc["cards"].items():
-        for name, stats in group["figures"].items():
-            e = stats.get("expected")
-            expected[(card, name)] = e
     cards = [{"card": card, "gpus": group["gpus"], "figures": [
         {"name": name, "unit": s["unit"], "n": s["n"], "median": _fmt(s["median"]),
          "spread": f"{100 * s['spread']:.1f}%", "sample_cv": f"{100 * s['sample_cv']:.1f}%",
@@ -297,17 +289,8 @@ def write_document(doc: dict[str, Any], path: Path) -> Path:
     an unreadable file), then moved into place in one step. The rank documents in it were each validated
     against the same schema by the rank that sent it, so they are not checked a second time here: at
     milliseconds each that would be most of the cost of a large fleet's report."""
-    documents._check({**doc, "ranks": []}, "fleet", f"{path} being written", KIND)
-    # Streamed into a file beside it, then renamed: a large fleet's text is never held whole in memory.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"), allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    documents.check_document({**doc, "ranks": []}, "fleet", f"{path} being written", KIND)
+    documents.atomic_write_with(path, lambda f: json.dump(doc, f, separators=(",", ":"), allow_nan=False))
     return path
 
 
