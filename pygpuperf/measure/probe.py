@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pygpuperf.core.results import typed_params
+from pygpuperf.core.results import is_series_point, typed_params
 from pygpuperf.core.timing import SPIN_CYCLES_PER_SAMPLE, sample_seconds, synchronize
 
 Params = dict[str, str]
@@ -31,7 +31,7 @@ class RunSettings:
 
     def for_probe(self, name: str) -> "RunSettings":
         """The settings one probe runs with: a sweep point's fewer samples where the suite sets them."""
-        if self.sweep_samples and name.endswith(".sweep") and self.sweep_samples < self.samples:
+        if self.sweep_samples and is_series_point(name) and self.sweep_samples < self.samples:
             return dataclasses.replace(self, samples=self.sweep_samples)
         return self
 

@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import matplotlib
 
@@ -389,12 +389,15 @@ def save_and_inline(fig: Figure, prefix: str, *paths: Path) -> tuple[list[Path],
 
 def svg_markup(fig: Figure, prefix: str) -> str:
     """The figure as an <svg> element to inline in HTML (see inline_svg). Closes the figure."""
-    buffer = io.StringIO()
-    try:
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
-    finally:
-        plt.close(fig)
-    return inline_svg(buffer.getvalue(), prefix)
+    return save_and_inline(fig, prefix)[1]
+
+
+def drawn(style: str, build: Callable[[], Figure | None], *paths: Path) -> tuple[list[Path], str | None]:
+    """The figure `build` makes under chart style `style`, written to `paths` and returned as page markup
+    (save_and_inline, the style naming its SVG ids too); ([], None) when there is nothing to draw."""
+    with chart_style(style):
+        fig = build()
+        return ([], None) if fig is None else save_and_inline(fig, style, *paths)
 
 
 def inline_svg(text: str, prefix: str) -> str:
@@ -418,15 +421,10 @@ def draw_roofline_charts(results: Results, out_dir: Path, overlays: Sequence[Cha
                          stem: str = "roofline") -> tuple[list[Path], str | None]:
     """Write <stem>.png and <stem>.svg (or the formats asked for) into out_dir from one drawing, and
     return that drawing as roofline_svg gives it too; ([], None) (nothing written) with no roof to draw."""
-    with chart_style("roofline"):
-        fig = roofline_figure(results, overlays)
-        if fig is None:
-            return [], None
-        return save_and_inline(fig, "roofline", *(Path(out_dir) / f"{stem}.{fmt}" for fmt in formats))
+    return drawn("roofline", lambda: roofline_figure(results, overlays),
+                 *(Path(out_dir) / f"{stem}.{fmt}" for fmt in formats))
 
 
 def roofline_svg(results: Results, overlays: Sequence[ChartPoint] = ()) -> str | None:
     """The roofline as inline <svg> markup, or None with no roof to draw."""
-    with chart_style("roofline"):
-        fig = roofline_figure(results, overlays)
-        return None if fig is None else svg_markup(fig, "roofline")
+    return drawn("roofline", lambda: roofline_figure(results, overlays))[1]

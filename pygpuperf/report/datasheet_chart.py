@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from pygpuperf.facts import datasheets# noqa: E402
-from pygpuperf.report.chart import chart_style, compute_color, plain, save_and_inline, svg_markup  # noqa: E402
+from pygpuperf.report.chart import compute_color, drawn, plain  # noqa: E402
 from pygpuperf.core.results import Results  # noqa: E402
 from pygpuperf.core.units import figure as _fmt  # noqa: E402
 
@@ -106,13 +106,9 @@ def draw_datasheet_chart(results: Results, path: Path) -> tuple[list[Path], str 
     """Write the chart, PNG or SVG by the path's suffix, and return the same drawing as datasheet_svg
     gives it too; ([], None) (nothing written) for an unknown card or when no measured ceiling has a
     datasheet figure."""
-    with chart_style("datasheet"):
-        fig = datasheet_figure(results)
-        return ([], None) if fig is None else save_and_inline(fig, "datasheet", path)
+    return drawn("datasheet", lambda: datasheet_figure(results), path)
 
 
 def datasheet_svg(results: Results) -> str | None:
     """The chart as inline <svg> markup, or None when nothing compares."""
-    with chart_style("datasheet"):
-        fig = datasheet_figure(results)
-        return None if fig is None else svg_markup(fig, "datasheet")
+    return drawn("datasheet", lambda: datasheet_figure(results))[1]

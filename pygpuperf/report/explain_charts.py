@@ -299,7 +299,7 @@ def explain_roofline_figure(results: Results, explanation: Explanation, top: int
                    alpha=0.6, edgecolors="black", linewidths=0.6, zorder=6 + n / 1000, gid=f"kernel-bubble-{n}")
     _class_legend(ax, groups, shown, min_share, words.kind_of(explanation.device))
     _label_bubbles(ax, shown, labelled)
-    device = results.meta.get("device", {}).get("name") if isinstance(results.meta.get("device"), dict) else None
+    device = results.device_name()
     unit = words.unit(words.kind_of(explanation.device))
     ax.set_title(plain(f"{unit.capitalize()}s on the measured roofline: {device or explanation.device}"))
     return fig

@@ -153,7 +153,14 @@ def write_explain_html(explanation: Explanation, results: Results | MachineModel
 def write_explain_report(explanation: Explanation, out_dir: Path,
                          machine: Results | MachineModel | None = None) -> list[Path]:
     """Into out_dir: waterfall.png/.svg, kernel_roofline.png/.svg (with a machine model) and explain.html."""
+    return draw_explain_report(explanation, out_dir, machine)[0]
+
+
+def draw_explain_report(explanation: Explanation, out_dir: Path, machine: Results | MachineModel | None = None
+                        ) -> tuple[list[Path], dict[str, str | None]]:
+    """:func:`write_explain_report`, and the charts' page markup (as draw_explain_charts gives it) for another
+    page that shows the same section: each chart is drawn once."""
     out_dir = Path(out_dir)
-    written, charts = draw_explain_charts(explanation, out_dir, machine)  # each chart drawn once, for files and page
+    written, charts = draw_explain_charts(explanation, out_dir, machine)
     written.append(write_explain_html(explanation, machine, out_dir / "explain.html", charts))
-    return written
+    return written, charts

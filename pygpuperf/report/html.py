@@ -86,26 +86,32 @@ def _chart(charts: Mapping[str, str | None] | None, name: str, draw: Callable[[]
 
 def html_report(results: Results, overlays: Sequence[ChartPoint] = (), explanation: Explanation | None = None,
                 predictions: Sequence[Prediction | Mapping[str, Any]] = (),
-                charts: Mapping[str, str | None] | None = None) -> str:
+                charts: Mapping[str, str | None] | None = None,
+                explain_charts: Mapping[str, str | None] | None = None, prediction_svg: str | None = None) -> str:
     """The whole page as text. With the run's `explanation` (what explain.json holds) and
     `predictions` (prediction.json's documents), their sections follow the roofline, each saying
     which document it derives from. `charts` holds the page markup of charts drawn while their files
     were written ("roofline", "sweep", "datasheet", as draw_roofline_charts, draw_sweep_chart and
-    draw_datasheet_chart return it); a chart it lacks is drawn here, the roofline with `overlays`."""
+    draw_datasheet_chart return it); a chart it lacks is drawn here, the roofline with `overlays`.
+    `explain_charts` and `prediction_svg` are the sections' charts as explain.html and prediction.html
+    got them (drawn here when not given)."""
     device = results.meta.get("device", {})
     name = device.get("name", "device") if isinstance(device, dict) else "device"
     view = report_view(results, charts)
     view["roofline_svg"] = templating.svg(_chart(charts, "roofline", lambda: roofline_svg(results, overlays)))
-    view["explain"] = explain_view(explanation, results, source=EXPLAIN_DOCUMENT) if explanation else None
-    view["prediction"] = prediction_view(predictions, document=PREDICTION_DOCUMENT) if predictions else None
+    view["explain"] = explain_view(explanation, results, source=EXPLAIN_DOCUMENT,
+                                   charts=explain_charts) if explanation else None
+    view["prediction"] = prediction_view(predictions, prediction_svg, PREDICTION_DOCUMENT) if predictions else None
     return templating.render("report.html.j2", title=f"pygpuperf: {name}", **view)
 
 
 def write_html_report(results: Results, path: Path, overlays: Sequence[ChartPoint] = (),
                       explanation: Explanation | None = None,
                       predictions: Sequence[Prediction | Mapping[str, Any]] = (),
-                      charts: Mapping[str, str | None] | None = None) -> Path:
+                      charts: Mapping[str, str | None] | None = None,
+                      explain_charts: Mapping[str, str | None] | None = None, prediction_svg: str | None = None) -> Path:
     """Write report.html (or whatever `path` names); returns the path."""
     path = Path(path)
-    path.write_text(html_report(results, overlays, explanation, predictions, charts), encoding="utf-8")
+    path.write_text(html_report(results, overlays, explanation, predictions, charts, explain_charts, prediction_svg),
+                    encoding="utf-8")
     return path

@@ -94,12 +94,6 @@ def prediction_view(predictions: Sequence[Prediction | Mapping[str, Any]], svg: 
             "document": document}
 
 
-def prediction_section_html(predictions: Sequence[Prediction | Mapping[str, Any]], svg: str | None = None,
-                            document: str | None = None) -> str:
-    """<section id="prediction">: the ranked table, the chart and, per target, what changes and why."""
-    return templating.render("prediction_section.html.j2", prediction=prediction_view(predictions, svg, document))
-
-
 def prediction_html(predictions: Sequence[Prediction | Mapping[str, Any]], svg: str | None = None) -> str:
     """prediction.html as text: the section under report.html's stylesheet and policy."""
     view = prediction_view(predictions, svg)
@@ -110,13 +104,20 @@ def write_prediction_report(predictions: Sequence[Prediction], prices: dict[str,
                             out: Path) -> tuple[list[Path], list[dict[str, Any]]]:
     """prediction.json, prediction.png, prediction.svg and prediction.html in `out`; returns them and
     prediction.json's documents, for a report that shows them too. The chart is drawn once."""
+    written, docs, _ = draw_prediction_report(predictions, prices, out)
+    return written, docs
+
+
+def draw_prediction_report(predictions: Sequence[Prediction], prices: dict[str, float],
+                           out: Path) -> tuple[list[Path], list[dict[str, Any]], str]:
+    """:func:`write_prediction_report`, and the chart's page markup for another page that shows it."""
     out = Path(out)
     data = out / "prediction.json"
-    documents.write_document(data, prediction_documents(predictions, prices), "prediction", "prediction.json")
     docs = prediction_documents(predictions, prices)
+    documents.write_document(data, docs, "prediction", "prediction.json")
     with chart_style("prediction"):
         written, svg = save_and_inline(prediction_figure(docs), "prediction", out / "prediction.png",
                                        out / "prediction.svg")
     page = out / "prediction.html"
     page.write_text(prediction_html(docs, svg), encoding="utf-8")
-    return [data, *written, page], docs
+    return [data, *written, page], docs, svg

@@ -16,7 +16,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 
 from pygpuperf.analyze.hierarchy import sweep_series  # noqa: E402
 from pygpuperf.core.units import format_bytes  # noqa: E402
-from pygpuperf.report.chart import chart_style, save_and_inline, svg_markup  # noqa: E402
+from pygpuperf.report.chart import drawn  # noqa: E402
 from pygpuperf.core.results import Results  # noqa: E402
 
 _MODE_LABELS = {
@@ -119,13 +119,9 @@ def sweep_figure(results: Results) -> Figure | None:
 def draw_sweep_chart(results: Results, path: Path) -> tuple[list[Path], str | None]:
     """Write sweep.png (or the format the path's suffix names) and return the same drawing as sweep_svg
     gives it too; ([], None) (nothing written) when no sweep ran."""
-    with chart_style("sweep"):
-        fig = sweep_figure(results)
-        return ([], None) if fig is None else save_and_inline(fig, "sweep", path)
+    return drawn("sweep", lambda: sweep_figure(results), path)
 
 
 def sweep_svg(results: Results) -> str | None:
     """The chart as inline <svg> markup, drawn in memory; None when no sweep ran."""
-    with chart_style("sweep"):
-        fig = sweep_figure(results)
-        return None if fig is None else svg_markup(fig, "sweep")
+    return drawn("sweep", lambda: sweep_figure(results))[1]
