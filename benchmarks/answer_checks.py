@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+from pygpuperf.core import documents
+
 
 def table(path: Path) -> dict[tuple[str, str], float]:
     """(probe, backend) -> median, from a roofline summary table."""
@@ -27,17 +29,6 @@ def table(path: Path) -> dict[tuple[str, str], float]:
                 out[(cells[0], cells[1])] = float(cells[2].replace(",", ""))
             except ValueError:
                 continue
-    return out
-
-
-def best(results: dict) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for m in results["measurements"]:
-        if m["status"] == "ok" and m["verified"]:
-            lower = m["unit"] == "ns"
-            old = out.get(m["name"])
-            if old is None or (m["value"] < old["value"] if lower else m["value"] > old["value"]):
-                out[m["name"]] = m
     return out
 
 
@@ -74,13 +65,13 @@ def main() -> int:
             print(f"  {name:32s} {backend:12s} default {default[(name, backend)]:10,.1f} full {full[(name, backend)]:10,.1f} "
                   f"{100 * r:+6.1f}%")
     fleet = json.loads(Path(sys.argv[3]).read_text(encoding="utf-8"))["ranks"][0]["figures"]
-    quick = best(json.loads(Path(sys.argv[4]).read_text(encoding="utf-8")))
+    quick = documents.load_results(Path(sys.argv[4]))
     print("fleet (one GPU) vs roofline --quick, same GPU:")
     for name, f in fleet.items():
-        if f.get("status") == "ok" and name in quick:
-            q = quick[name]
-            print(f"  {name:32s} fleet {f['value']:10,.1f} quick {q['value']:10,.1f} {100 * (f['value'] / q['value'] - 1):+6.1f}%"
-                  f"  CV {100 * (f.get('cv') or 0):.2f}% / {100 * q['stats']['cv']:.2f}%")
+        q = quick.best(name) if f.get("status") == "ok" else None
+        if q is not None:
+            print(f"  {name:32s} fleet {f['value']:10,.1f} quick {q.value:10,.1f} {100 * (f['value'] / q.value - 1):+6.1f}%"
+                  f"  CV {100 * (f.get('cv') or 0):.2f}% / {100 * q.stats.cv:.2f}%")
     return 0
 
 

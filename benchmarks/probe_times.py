@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from pygpuperf.measure import suite
-from pygpuperf.measure.probe import RunSettings
+from pygpuperf.cli import roofline
 
 
 def main() -> int:
@@ -25,7 +25,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
-    settings = RunSettings(warmup=1 if args.quick else 3, samples=20, quick=args.quick)
+    # The settings the main command runs the suite with (the default's sample limits included).
+    settings = roofline._settings(roofline.build_parser().parse_args(["--quick"] if args.quick else []))
     rows = []
     for probe in suite.plan(device, "all", quick=args.quick):
         start = time.monotonic()

@@ -240,6 +240,11 @@ class KernelTime:
     def total_us(self) -> float:
         return self.fixed_us + self.work_us
 
+    def residual(self, measured_us: float) -> float:
+        """What a kernel measured at `measured_us` spends per µs of this work term beyond its fixed cost: the
+        share of the model a re-pricing carries over. Needs work_us > 0."""
+        return max(measured_us - self.fixed_us, 0.0) / self.work_us
+
     @property
     def ceiling(self) -> str:
         """The ceiling that sets the work term, or "fixed" when the kernel does no priced work."""

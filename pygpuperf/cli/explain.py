@@ -149,8 +149,7 @@ def _fix_target(args: argparse.Namespace, device: torch.device, knobs: dict[str,
     if _is_user_code(args.target):
         accepted = _user_keywords(args.target)
         user_build = lambda size, given: _build_with(  # noqa: E731
-            args.target, device, size, {k: v for k, v in given.items() if k not in ("tf32", "cudnn_benchmark",
-                                                                                   "fp16_accumulation")})
+            args.target, device, size, {k: v for k, v in given.items() if k not in fixes.FLAG_KNOBS})
         return fixes.Target(user_build, lambda k: accepted is None or k in accepted, batch, dict(knobs), True)
     from pygpuperf.workloads import get_workload
 

@@ -35,19 +35,6 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-_BINARY = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-
-
-def parse_bytes(text: str) -> int | None:
-    """'4KiB', '256 MiB', '1GiB' -> bytes; None for anything else (a variant that is not a size)."""
-    number = text.strip().rstrip("BiKMGT ")
-    unit = text.strip()[len(number):].strip()
-    try:
-        return int(float(number) * _BINARY[unit]) if unit in _BINARY else None
-    except ValueError:
-        return None
-
-
 def ms(us: float) -> str:
     """Microseconds as milliseconds: two decimals, one from 10 ms up."""
     return f"{us / 1e3:.2f}" if us < 1e4 else f"{us / 1e3:.1f}"

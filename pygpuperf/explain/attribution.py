@@ -282,15 +282,15 @@ def exclusive_times(records: Sequence[KernelRecord]) -> list[float]:
     return share
 
 
-def _kernel_part(record: KernelRecord, model: MachineModel, shares: Mapping[int, Mapping[str, float]],
-                 terms: CardTerms) -> tuple[str, float, float]:
+def _kernel_part(record: KernelRecord, timing: KernelTime | None, model: MachineModel,
+                 shares: Mapping[int, Mapping[str, float]], terms: CardTerms) -> tuple[str, float, float]:
     """(waterfall part, µs of the kernel in the ideal, µs of its fixed cost). The ideal share is the work term
     of its bound (vector_math: at the matrix units' ceiling), the fixed cost comes next, both capped at the
     kernel's duration: a kernel faster than its bound (self_check) puts its whole time in the two and nothing
     in its part."""
     if record.kernel_class == LAYOUT:
         return PART_LAYOUT, 0.0, 0.0
-    bound, _ = kernel_bound(record, model, shares, terms)
+    bound = timing.total_us if timing is not None else None  # kernel_bound's, from the timing at hand
     if bound is None:
         return PART_OTHER, 0.0, 0.0
     if record.kernel_class == VECTOR_MATH:
@@ -312,19 +312,21 @@ class KernelPart:
     timing: KernelTime | None  # the kernel-time model's price of it (None: no bound)
 
 
-def kernel_parts(records: Sequence[KernelRecord], model: MachineModel,
-                 calls: Sequence[CallAccesses] = ()) -> list[KernelPart]:
-    """Each record's share of the waterfall (:func:`waterfall` adds these up), parallel to `records`."""
-    shares = reuse_shares(calls, model)
-    terms = bound_terms(records, model)
+def kernel_parts(records: Sequence[KernelRecord], model: MachineModel, calls: Sequence[CallAccesses] = (),
+                 shares: Mapping[int, Mapping[str, float]] | None = None,
+                 terms: CardTerms | None = None) -> list[KernelPart]:
+    """Each record's share of the waterfall (:func:`waterfall` adds these up), parallel to `records`. `shares`
+    and `terms` are reuse_shares(calls) and bound_terms(records) where the caller has them already."""
+    shares = reuse_shares(calls, model) if shares is None else shares
+    terms = bound_terms(records, model) if terms is None else terms
     out = []
     for record, share in zip(records, exclusive_times(records)):
         if record.duration_us <= 0:
             out.append(KernelPart(PART_OTHER, 0.0, 0.0, 0.0, None))
             continue
         scale = share / record.duration_us
-        part, work, fixed = _kernel_part(record, model, shares, terms)
         timing = kernel_timing(record, model, shares, terms)
+        part, work, fixed = _kernel_part(record, timing, model, shares, terms)
         out.append(KernelPart(part, work * scale, fixed * scale, (record.duration_us - work - fixed) * scale, timing))
     return out
 
@@ -342,17 +344,13 @@ def waterfall(records: Sequence[KernelRecord], timeline: Timeline, model: Machin
     kernels) / measured``: the share of the step held against a ceiling or an idle cause.
     """
     parts = dict.fromkeys(WATERFALL_PARTS, 0.0)
-    shares = reuse_shares(calls, model)
-    terms = bound_terms(records, model)
     ideal = 0.0
-    for record, share in zip(records, exclusive_times(records)):
+    for record, p in zip(records, kernel_parts(records, model, calls)):
         if record.duration_us <= 0:
             continue
-        scale = share / record.duration_us
-        part, work, fixed = _kernel_part(record, model, shares, terms)
-        ideal += work * scale
-        parts[PART_FIXED] += fixed * scale
-        parts[part] += (record.duration_us - work - fixed) * scale
+        ideal += p.ideal_us
+        parts[PART_FIXED] += p.fixed_us
+        parts[p.part] += p.over_us
     parts[IDLE_HOST] = timeline.idle.host_bound_us
     parts[IDLE_LAUNCH] = timeline.idle.launch_gap_us
     parts[IDLE_SYNC] = timeline.idle.sync_us

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, tiles, words
+from pygpuperf.explain import attribution, costs, tiles, words
 from pygpuperf.explain.classify import MATMUL_OPS, is_matrix_vector
 from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, KernelRecord,
                                      Timeline)
@@ -119,7 +119,7 @@ class _Pricing:
         after = attribution.kernel_timing(changed, self.model, self.shares, self.terms)
         if before is None or after is None or before.work_us <= 0 or record.duration_us <= 0:
             return record.duration_us * (changed.bytes / record.bytes if not cap and record.bytes > 0 else 1.0)
-        residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
+        residual = before.residual(record.duration_us)
         new = after.fixed_us + after.work_us * max(residual, 1.0)
         return min(record.duration_us, new) if cap else new
 
@@ -248,10 +248,10 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     kind = words.kind_of(device)
     gpu = kind == words.GPU
     wall = timeline.wall_us
-    parts = attribution.kernel_parts(records, model, calls)
     exclusive = attribution.exclusive_times(records)
     terms = attribution.bound_terms(records, model)
     pricing = _Pricing(model, attribution.reuse_shares(calls, model), terms)
+    parts = attribution.kernel_parts(records, model, shares=pricing.shares, terms=terms)
     units = card_terms(model).units
     convolutions = _has(records, _CONV)
     taken: dict[str, dict[int, float]] = {}  # cause id -> kernel index -> µs of its part
@@ -417,7 +417,7 @@ def _amp_traffic_saving(records: Sequence[KernelRecord], exclusive: Sequence[flo
     efficiency = _streaming_efficiency(records, parts)
     new: dict[int, float] = {}
     for i, r in enumerate(records):
-        base = (r.op or "").removeprefix("aten::").split(".", 1)[0]
+        base = costs.base_name(r.op or "")
         if r.kernel_class != MEMORY_BOUND or r.precision != "fp32" or r.phase not in ("forward", "backward") \
                 or r.duration_us <= 0 or base in _AUTOCAST_FP32 \
                 or (r.phase == "forward" and base in _AUTOCAST_FP32_FORWARD) or _BATCH_NORM.search(base) \
@@ -608,7 +608,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
                 t = parts[i].timing
                 if t is None or records[i].duration_us <= 0:
                     continue
-                residual = max(records[i].duration_us - t.fixed_us, 0.0) / t.work_us if t.work_us > 0 else 1.0
+                residual = t.residual(records[i].duration_us) if t.work_us > 0 else 1.0
                 new[i] = (t.fixed_us if k == 0 else 0.0) + t.work_us * keep * max(residual, 1.0)
         saves = _saved(records, exclusive, [i for n in members for i in chains[n][0]], new)
         evidence.update({"chains": len(members), "chain_kernels": count, "saved_bytes": saved_bytes})

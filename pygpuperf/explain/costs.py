@@ -258,7 +258,7 @@ def _numel(shape: Sequence[int]) -> int:
     return math.prod(int(d) for d in shape)
 
 
-def _base_name(op: str) -> str:
+def base_name(op: str) -> str:
     """'aten::_foreach_add_.Scalar' or 'aten.mm.default' -> '_foreach_add_' / 'mm'."""
     name = op.strip()
     for prefix in ("aten::", "aten."):
@@ -346,7 +346,7 @@ def _distinct(shape: list[int], strides: Any) -> int | None:
 
 def _parse(op: str, input_shapes: Sequence[Any], dtypes: Sequence[Any], output_shapes: Any, extra: Any,
            input_strides: Sequence[Any] = (), list_item: int | None = None) -> _Call:
-    base = _base_name(op)
+    base = base_name(op)
     dtypes = list(dtypes or [])
     known = [element_bytes(d) for d in dtypes if isinstance(d, str) and element_bytes(d)]
     fallback = known[0] if known else (list_item or (_LIST_DEFAULT if base.startswith(("_foreach", "_fused")) else 4))
@@ -418,12 +418,12 @@ def moves_no_data(op: str) -> bool:
 
 def has_rule(op: str) -> bool:
     """Whether aten `op` has a FLOP and byte rule (views and allocations included)."""
-    return _handler(_base_name(op)) is not None
+    return _handler(base_name(op)) is not None
 
 
 def is_math_op(op: str) -> bool:
     """Whether aten `op` is a GEMM, convolution or attention (what tensor cores or BLAS would run)."""
-    return _handler(_base_name(op)) in _MATH_HANDLERS
+    return _handler(base_name(op)) in _MATH_HANDLERS
 
 
 def _handler(op: str) -> Callable[[_Call], _Rule] | None:

@@ -27,7 +27,7 @@ from pygpuperf.workloads import knobs as knob_specs
 FIX_NAMES = ("tf32", "cudnn_benchmark", "fp16_accumulation", "amp", "channels_last", "cuda_graphs", "compile",
              "compile_reduce_overhead", "batch_size")
 _CPU_FIXES = ("channels_last", "compile", "batch_size")
-_FLAG_KNOBS = ("tf32", "cudnn_benchmark", "fp16_accumulation")
+FLAG_KNOBS = ("tf32", "cudnn_benchmark", "fp16_accumulation")  # global torch flags, set around user code
 
 
 @dataclass
@@ -161,7 +161,7 @@ def _has_conv(explanation: Explanation) -> bool:
     return any("conv" in r.op.lower() for r in explanation.median.kernels)
 
 
-def _candidates(explanation: Explanation, target: Target, device: torch.device) -> list[tuple[str, str, dict[str, str]]]:
+def _candidates(explanation: Explanation, target: Target) -> list[tuple[str, str, dict[str, str]]]:
     settings = explanation.settings
     amp = str(settings.get("amp", "")).lower()
     batch = target.batch_size or int(settings.get("batch_size") or settings.get("samples_per_step") or 0) or None
@@ -196,7 +196,7 @@ def _waiver(name: str, knobs: dict[str, str], explanation: Explanation, target: 
             return "the step runs channels_last already"
         if not target.takes("memory_format"):
             return "make_step takes no memory_format keyword (give it one to let the tool switch the layout)"
-    if name in _FLAG_KNOBS:
+    if name in FLAG_KNOBS:
         key = knobs and next(iter(knobs))
         value = str(settings.get(key, "")).lower()
         if value.startswith("on") or (name == "tf32" and "matmul on, conv on" in value):
@@ -275,7 +275,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     base_samples = baseline.samples_per_step if baseline is not None else None
     predicted = _predictions(explanation)
     trials = []
-    for name, what, knobs in _candidates(explanation, target, device):
+    for name, what, knobs in _candidates(explanation, target):
         if only and name not in only:
             continue
         trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
@@ -287,7 +287,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
             trials.append(trial)
             continue
         before = knob_specs.flag_state()
-        user_flags = {k: knob_specs.TF32.parse(v) for k, v in knobs.items() if k in _FLAG_KNOBS} \
+        user_flags = {k: knob_specs.TF32.parse(v) for k, v in knobs.items() if k in FLAG_KNOBS} \
             if target.user_code else {}
         restore = knob_specs.set_global_flags(**user_flags) if user_flags else (lambda: None)
         try:

@@ -15,8 +15,7 @@ from pygpuperf.measure.backends.base import Backend
 from pygpuperf.measure.backends.collectives import CollectiveBackend
 from pygpuperf.measure.probe import RunSettings
 from pygpuperf.measure.backends.native import NativeBackend
-from pygpuperf.measure.backends.portable import PortableBackend
-from pygpuperf.core import units
+from pygpuperf.measure.backends.portable import TRANSFER_BYTES, PortableBackend
 from pygpuperf.core.errors import UsageError
 from pygpuperf.core.results import Measurement
 
@@ -113,19 +112,19 @@ def _default_search(planned: list[PlannedProbe], device: torch.device) -> list[P
     table = _variant_search()
     order = table["searches"].get(_architecture(device) or "", {})
     references = set(table["reference_sizes"]["sizes"])
-    largest = units.parse_bytes(table["transfer_sizes"]["largest"]) or 0
-    largest_pageable = units.parse_bytes(table["transfer_sizes"]["largest_pageable"]) or 0
+    largest = TRANSFER_BYTES[table["transfer_sizes"]["largest"]]
+    largest_pageable = TRANSFER_BYTES[table["transfer_sizes"]["largest_pageable"]]
     native_transfers = {p.name for p in planned if p.name.startswith("transfer.") and p.backend.family == "native"}
+    searched = {p.name for p in planned if p.variant in order.get(p.name, ())}  # a winner of its search is planned
     kept = []
     for p in planned:
         wanted = order.get(p.name)
-        if wanted is not None and p.variant and p.variant not in wanted and \
-                any(q.name == p.name and q.variant in wanted for q in planned):
+        if wanted is not None and p.variant and p.variant not in wanted and p.name in searched:
             continue  # a variant that lost this search on this architecture
         if p.name in native_transfers and p.backend.family != "native" and p.variant and p.variant not in references:
             continue
         limit = largest_pageable if ".pageable" in p.name else largest
-        if p.name in native_transfers and p.backend.family == "native" and (units.parse_bytes(p.variant) or 0) > limit:
+        if p.name in native_transfers and p.backend.family == "native" and TRANSFER_BYTES.get(p.variant, 0) > limit:
             continue  # past the plateau: the copy rate and the latency fit are settled below it
         kept.append(p)
     # Each search tries its variants in the order they won; probes keep their place in the suite.

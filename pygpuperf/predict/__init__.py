@@ -223,7 +223,7 @@ def _price(record: KernelRecord, source: _Pricing, target: _Pricing, scale: floa
         excess = max(record.duration_us - before.fixed_us - before.work_us, 0.0) * (scale if grows else 1.0)
         excess *= clock_ratio(source.model, target.model)
         return _KernelPrice(after.fixed_us + after.work_us + excess, excess, note)
-    residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
+    residual = before.residual(record.duration_us)
     time = after.fixed_us + after.work_us * residual
     return _KernelPrice(time, after.work_us * max(residual - 1.0, 0.0), note)
 

@@ -458,8 +458,8 @@ def _size_name(size: int) -> str:
 
 
 # Transfer sizes as the native transfer probes name their variants: 4 KiB to 1 GiB in powers of two.
-_TRANSFER_BYTES = {_size_name(1 << p): 1 << p for p in range(12, 31)}
-TRANSFER_SIZES = tuple(_TRANSFER_BYTES)
+TRANSFER_BYTES = {_size_name(1 << p): 1 << p for p in range(12, 31)}
+TRANSFER_SIZES = tuple(TRANSFER_BYTES)
 QUICK_TRANSFER_SIZES = ("4KiB", "256KiB", "16MiB", "256MiB")
 _DEFAULT_TRANSFER_BYTES = 256 * MiB
 # Small copies go back to back until a run moves about 4 MiB, so the per-copy launch cost
@@ -485,7 +485,7 @@ class _SizedCopyProbe(Probe):
         return list(QUICK_TRANSFER_SIZES if quick else TRANSFER_SIZES)
 
     def use_variant(self, variant: str) -> None:
-        if variant and variant not in _TRANSFER_BYTES:
+        if variant and variant not in TRANSFER_BYTES:
             raise ValueError(f"probe '{self.name}' has no size variant '{variant}'; "
                              f"sizes are {TRANSFER_SIZES[0]} to {TRANSFER_SIZES[-1]} in powers of two")
         self._size = variant
@@ -493,7 +493,7 @@ class _SizedCopyProbe(Probe):
     def _elements(self, settings: RunSettings) -> int:
         """fp32 elements of one copy; sets the copy size and the copies per run."""
         if self._size:
-            size = _TRANSFER_BYTES[self._size]
+            size = TRANSFER_BYTES[self._size]
         else:
             size = settings.size_bytes if settings.size_bytes > 0 else _DEFAULT_TRANSFER_BYTES
         elements = max(size // 4, 1)
