@@ -265,3 +265,22 @@ def test_amp_halves_activation_traffic_outside_autocasts_fp32_list_and_not_for_a
     residual = (12.5 - timing.fixed_us) / timing.work_us
     assert traffic == pytest.approx(12.5 - (timing.fixed_us + timing.work_us / 2 * residual), rel=0.05)
     assert cause.fix.saves_us == pytest.approx(cause.us + traffic, rel=1e-3)
+
+
+def test_a_cause_whose_fix_try_fixes_applies_as_compile_shows_the_measured_step():
+    from pygpuperf.core.results import Stats
+    from pygpuperf.explain.fixes import FixTrial
+    from pygpuperf.explain.model import Throughput
+    from pygpuperf.report.explain_html import explain_html
+
+    records = [k("tensor_gemm", 100, "aten::addmm", "fp16.acc32", 1e9, 1e6, "blocks.0.attn.qkv"),
+               k("layout", 40, "aten::contiguous", module="blocks.0.attn", name="elementwise_kernel copy")]
+    e = explanation(records)
+    e.throughput = Throughput(Stats.of([140.0] * 3), 8)
+    findings.explain_findings(e, {"batch_size": "8"}, gpu_model())
+    heads = next(c for c in e.causes.items if c.id == "layout.attention_heads")
+    assert heads.fix.name == "remove_layout" and heads.fix.trial == "compile"
+    e.fixes = [FixTrial("compile", "torch.compile", {"compile": "inductor"}, "measured", predicted_step_us=100.0,
+                        measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8, baseline_samples_per_step=8)]
+    row = next(r for r in explain_html(e, gpu_model()).split("<tr>") if r.startswith("<td>Copies splitting"))
+    assert row.split("</tr>")[0].endswith('<td class="num">0.10</td>')  # the compile trial's measured step

@@ -60,6 +60,10 @@ _SPLIT_K = re.compile(r"split_?k|ReduceSplitK|reduce_wgrad", re.I)
 _ALIGN1 = re.compile(r"align1\b|align2\b|_align[12]_", re.I)
 
 
+# Cause fixes --try-fixes applies under another name.
+_TRIAL_OF = {"fuse": "compile", "remove_layout": "compile", "amp_bf16": "amp"}
+
+
 @dataclass
 class Fix:
     """What a cause's fix would buy, predicted by the kernel-time model, and how --try-fixes applies it."""
@@ -73,6 +77,11 @@ class Fix:
     def words(self) -> str:
         before = (self.predicted_step_us + self.saves_us) / 1e3
         return f"{self.what}: {before:,.2f} → {self.predicted_step_us / 1e3:,.2f} ms (predicted)"
+
+    @property
+    def trial(self) -> str:
+        """The --try-fixes fix that applies it (fusing and removing copies is torch.compile's work)."""
+        return _TRIAL_OF.get(self.name, self.name)
 
 
 @dataclass

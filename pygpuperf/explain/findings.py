@@ -371,7 +371,6 @@ CAUSE_SHARE = 0.02
 
 
 # A cause's fix by the --try-fixes trial that applies it.
-_TRIAL_OF = {"fuse": "compile", "remove_layout": "compile", "amp_bf16": "amp"}
 _trials: list[Any] = []  # the explanation's --try-fixes trials while its findings are made
 
 
@@ -380,7 +379,7 @@ def _fix_evidence(fix: causes.Fix | None) -> dict[str, Any] | None:
         return None
     out = {"name": fix.name, "what": fix.what, "saves_us": fix.saves_us, "predicted_step_us": fix.predicted_step_us,
            "knobs": fix.knobs, "words": fix.words()}
-    trial = next((t for t in _trials if t.name == _TRIAL_OF.get(fix.name, fix.name)), None)
+    trial = next((t for t in _trials if t.name == fix.trial), None)
     if trial is not None:
         out.update({"trial": trial.name, "trial_status": trial.status, "measured_step_us": trial.measured_step_us,
                     "trial_reason": trial.reason})
@@ -388,7 +387,7 @@ def _fix_evidence(fix: causes.Fix | None) -> dict[str, Any] | None:
 
 
 def _measured_words(fix: causes.Fix) -> str:
-    trial = next((t for t in _trials if t.name == _TRIAL_OF.get(fix.name, fix.name)), None)
+    trial = next((t for t in _trials if t.name == fix.trial), None)
     if trial is None:
         return ""
     if trial.status == "measured" and trial.measured_step_us is not None:

@@ -89,12 +89,7 @@ def _predictions(explanation: Explanation) -> dict[str, float]:
     out: dict[str, float] = {}
     for c in (explanation.causes.items if explanation.causes is not None else ()):
         if c.fix is not None:
-            name = c.fix.name
-            if name == "fuse" or name == "remove_layout":
-                name = "compile"
-            elif name == "amp_bf16":
-                name = "amp"
-            out[name] = min(out.get(name, float("inf")), c.fix.predicted_step_us)
+            out[c.fix.trial] = min(out.get(c.fix.trial, float("inf")), c.fix.predicted_step_us)
     return out
 
 

@@ -74,7 +74,7 @@ def _cause_rows(explanation: Explanation, kind: str) -> list[dict[str, Any]]:
     measured = {f.name: f for f in explanation.fixes if f.status == "measured"}
     rows = []
     for c in causes.items:
-        trial = measured.get(c.fix.name) if c.fix is not None else None
+        trial = measured.get(c.fix.trial) if c.fix is not None else None
         rows.append({"title": c.title, "advice": c.advice, "us": c.us, "share": c.share, "kernels": len(c.kernels),
                      "part": words.label(c.part, kind) if c.part and c.part != "ideal" else "inside the ideal",
                      "fix": c.fix.words() if c.fix is not None else "",
