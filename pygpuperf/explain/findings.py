@@ -355,11 +355,10 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
         _memory(explanation, settings, model),
     ]
     if found_causes is not None:
-        _trials[:] = list(explanation.fixes)
-        try:
-            found = _with_causes([f for f in found if f is not None], found_causes, kind)
-        finally:
-            _trials.clear()
+        trials: dict[str, Any] = {}
+        for t in explanation.fixes:
+            trials.setdefault(t.name, t)  # the first trial of a name, as the fix list reads
+        found = _with_causes([f for f in found if f is not None], found_causes, kind, trials)
     return sorted((f for f in found if f is not None), key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
 
 
@@ -370,24 +369,21 @@ _COVERED = {"layout": "layout.", "idles waiting on the host": ("host_bound", "la
 CAUSE_SHARE = 0.02
 
 
-# A cause's fix by the --try-fixes trial that applies it.
-_trials: list[Any] = []  # the explanation's --try-fixes trials while its findings are made
-
-
-def _fix_evidence(fix: causes.Fix | None) -> dict[str, Any] | None:
+def _fix_evidence(fix: causes.Fix | None, trials: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A cause's fix as evidence, with what the --try-fixes trial that applies it measured (`trials` by name)."""
     if fix is None:
         return None
     out = {"name": fix.name, "what": fix.what, "saves_us": fix.saves_us, "predicted_step_us": fix.predicted_step_us,
            "knobs": fix.knobs, "words": fix.words()}
-    trial = next((t for t in _trials if t.name == fix.trial), None)
+    trial = trials.get(fix.trial)
     if trial is not None:
         out.update({"trial": trial.name, "trial_status": trial.status, "measured_step_us": trial.measured_step_us,
                     "trial_reason": trial.reason})
     return out
 
 
-def _measured_words(fix: causes.Fix) -> str:
-    trial = next((t for t in _trials if t.name == fix.trial), None)
+def _measured_words(fix: causes.Fix, trials: Mapping[str, Any]) -> str:
+    trial = trials.get(fix.trial)
     if trial is None:
         return ""
     if trial.status == "measured" and trial.measured_step_us is not None:
@@ -405,36 +401,37 @@ def _covered(finding: Finding, cause: causes.Cause) -> bool:
     return False
 
 
-def _with_causes(found: list[Finding], step_causes: causes.Causes, kind: str) -> list[Finding]:
+def _with_causes(found: list[Finding], step_causes: causes.Causes, kind: str,
+                 trials: Mapping[str, Any]) -> list[Finding]:
     """The findings with their causes' predicted fixes attached, and a finding for each other cause that matters."""
     out = []
     for f in found:
         mine = [c for c in step_causes.items if _covered(f, c)]
         if mine:
             f.evidence["causes"] = [{"id": c.id, "us": c.us, "share": c.share, "advice": c.advice,
-                                     "fix": _fix_evidence(c.fix)} for c in mine]
+                                     "fix": _fix_evidence(c.fix, trials)} for c in mine]
             if f.title.lower().startswith("layout") and len(mine) >= 1:
                 f.suggestion = " ".join(f"[{c.id.split('.', 1)[1].replace('_', ' ')}: {c.us / 1e3:.2f} ms] {c.advice}"
                                         for c in mine)
             fixes = [c.fix for c in mine if c.fix is not None]
             if fixes:
                 best = max(fixes, key=lambda x: x.saves_us)
-                f.evidence["fix"] = _fix_evidence(best)
-                f.suggestion += f" {best.words()}." + _measured_words(best)
+                f.evidence["fix"] = _fix_evidence(best, trials)
+                f.suggestion += f" {best.words()}." + _measured_words(best, trials)
         out.append(f)
     for c in step_causes.items:
         if c.share < CAUSE_SHARE or any(_covered(f, c) for f in found) or c.id in ("sync", "cpu.framework"):
             continue
         evidence = {"cause": c.id, "part": c.part, "us": c.us, "share": c.share, **c.evidence,
-                    "fix": _fix_evidence(c.fix)}
-        suggestion = c.advice + (f" {c.fix.words()}." + _measured_words(c.fix)
+                    "fix": _fix_evidence(c.fix, trials)}
+        suggestion = c.advice + (f" {c.fix.words()}." + _measured_words(c.fix, trials)
                                  if c.fix is not None and c.fix.saves_us > 0 else "")
         out.append(Finding("info", c.title, evidence, suggestion))
     if kind == words.CPU:
         framework = next((c for c in step_causes.items if c.id == "cpu.framework"), None)
         if framework is not None and framework.share >= IDLE_SHARE:
-            out.append(Finding("info", framework.title, {"cause": framework.id, "us": framework.us,
-                                                         "share": framework.share, "fix": _fix_evidence(framework.fix)},
+            out.append(Finding("info", framework.title, {"cause": framework.id, "us": framework.us, "share": framework.share,
+                                                         "fix": _fix_evidence(framework.fix, trials)},
                                framework.advice))
     return out
 
