@@ -160,3 +160,17 @@ def test_a_checkpoint_written_as_measurements_arrive_is_the_full_document_at_eve
             json.loads((tmp_path / "results.json").read_text())
     again = documents.load_results(tmp_path / "incremental" / "results.json")  # valid against the schema
     assert [m.name for m in again.measurements] == [m.name for m in full.measurements]
+
+
+def test_a_workload_placed_again_without_kernel_bounds_is_placed_by_its_counted_intensity():
+    from pygpuperf.analyze import conclude
+
+    r = _results()
+    w = r.workloads[0]
+    conclude.place_workload(w, r.machine_model, kernel_bound_us=50.0)
+    by_bounds = w.attainable_tflops
+    assert conclude.KERNEL_MODEL_NOTE in w.notes
+    conclude.place_workload(w, r.machine_model)
+    assert conclude.KERNEL_MODEL_NOTE not in w.notes and "estimate" in w.notes
+    assert w.attainable_tflops != by_bounds
+    assert "at its intensity" in conclude.workload_findings(w, r.machine_model)[0].title

@@ -240,13 +240,16 @@ def place_workload(workload: WorkloadResult, model: MachineModel,
     if found is not None:
         workload.compute_ceiling = found[0]
     workload.memory_ceiling = model.dram_key()
+    # The note says which way the figure below was placed: a workload placed again loses an earlier one.
+    workload.notes = [n for n in workload.notes if n != KERNEL_MODEL_NOTE]
     if workload.compute_ceiling and workload.memory_ceiling and math.isfinite(workload.intensity):
         compute = model.compute[workload.compute_ceiling].value
-        memory_roof = workload.intensity * model.memory[workload.memory_ceiling].value * 1e9 / 1e12
-        workload.attainable_tflops = min(compute, memory_roof)
-        if kernel_bound_us and kernel_bound_us > 0:
+        if kernel_bound_us is not None and kernel_bound_us > 0:
             workload.attainable_tflops = min(compute, workload.flops_per_step / (kernel_bound_us * 1e-6) / 1e12)
             workload.notes.append(KERNEL_MODEL_NOTE)
+        else:
+            memory_roof = workload.intensity * model.memory[workload.memory_ceiling].value * 1e9 / 1e12
+            workload.attainable_tflops = min(compute, memory_roof)
         workload.fraction_of_attainable = workload.achieved_tflops / workload.attainable_tflops
     return workload
 
