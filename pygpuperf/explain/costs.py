@@ -120,6 +120,8 @@ NLL_FLOPS_PER_ROW = 2.0  # gather the target's log-probability, weight it, accum
 NLL_BACKWARD_FLOPS_PER_ROW = 1.0  # one -weight / total written per row
 MSE_FLOPS = 3.0  # per element: subtract, square-accumulate (FMA); backward: subtract, * 2/N, * g
 BCE_WITH_LOGITS_FLOPS = 6.0  # max(x, 0) - x * y + log(1 + exp(-|x|)): abs, neg, exp, log1p, FMA
+BCE_FLOPS = 6.0  # -(y log x + (1 - y) log(1 - x)): two logs, a subtract, two products, a sum
+SMOOTH_L1_FLOPS = 5.0  # subtract, abs, compare with beta, square-and-scale or shift, select
 
 # Optimizers, FLOPs per parameter element; they equal the sum of the per-element costs of the
 # _foreach_ ops that torch's non-fused implementation runs for the same update.
@@ -925,10 +927,18 @@ def _cross_entropy(call: _Call) -> _Rule:
                  f"log_softmax ({SOFTMAX_FLOPS:g} per element) + nll ({NLL_FLOPS_PER_ROW:g} per target)")
 
 
+# FLOPs per element of the losses that work element by element, forward and backward alike.
+_POINTWISE_LOSS_FLOPS = {"mse_loss": MSE_FLOPS, "binary_cross_entropy_with_logits": BCE_WITH_LOGITS_FLOPS,
+                         "binary_cross_entropy": BCE_FLOPS, "smooth_l1_loss": SMOOTH_L1_FLOPS,
+                         "huber_loss": SMOOTH_L1_FLOPS}
+
+
 def _pointwise_loss(call: _Call) -> _Rule:
+    """mse, (logit) binary cross-entropy, smooth_l1 and huber: per element, reduced to a scalar unless
+    reduction is none; the backward gives the input's gradient."""
     backward = call.op.endswith("_backward")
     x = call.tensor(1 if backward else 0)
-    per = MSE_FLOPS if call.op.startswith("mse") else BCE_WITH_LOGITS_FLOPS
+    per = _POINTWISE_LOSS_FLOPS[call.op.removesuffix("_backward")]
     if backward:
         out = [x.shape]
     else:
@@ -1115,12 +1125,9 @@ def _unscale(call: _Call) -> _Rule:
                  f"{UNSCALE_FLOPS:g} FLOP per gradient element (unscale, finiteness test)")
 
 
-
 # Recurrent nets, embedding bags, more losses, indexing and the AMP scaler -------------
 
 RNN_GATE_FLOPS = 6.0  # per gate element and position: two bias adds, the activation (sigmoid ~4), the combine
-BCE_FLOPS = 6.0  # -(y log x + (1 - y) log(1 - x)): two logs, a subtract, two products, a sum
-SMOOTH_L1_FLOPS = 5.0  # subtract, abs, compare with beta, square-and-scale or shift, select
 _RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}  # cuDNN/oneDNN mode (RNN_RELU, RNN_TANH, LSTM, GRU) -> gates per hidden unit
 _RNN_OP_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 # Argument positions by op: (input, weight list or first weight, hidden size source)
@@ -1214,24 +1221,6 @@ def _embedding_bag_backward(call: _Call) -> _Rule:
     dim = grad.shape[-1]
     return _Rule(float((indices.numel if indices else 0) * dim), [_Arg([[rows, dim]], grad.item)],
                  "1 FLOP (an accumulate) per scattered element")
-
-
-def _bce(call: _Call) -> _Rule:
-    backward = call.op.endswith("_backward")
-    x = call.tensor(1 if backward else 0)
-    reduced = int(call.value("reduction", None, 1)) != 0
-    out = [x.shape] if backward or not reduced else [[]]
-    per = BCE_FLOPS
-    return _Rule(per * x.numel, [_Arg(out, x.item)], f"{per:g} FLOP per element")
-
-
-def _smooth_loss(call: _Call) -> _Rule:
-    """smooth_l1 and huber: subtract, abs, compare, square or shift, scale."""
-    backward = call.op.endswith("_backward")
-    x = call.tensor(1 if backward else 0)
-    reduced = int(call.value("reduction", None, 1)) != 0
-    out = [x.shape] if backward or not reduced else [[]]
-    return _Rule(SMOOTH_L1_FLOPS * x.numel, [_Arg(out, x.item)], f"{SMOOTH_L1_FLOPS:g} FLOP per element")
 
 
 def _scatter_into(call: _Call) -> _Rule:
@@ -1376,8 +1365,8 @@ _HANDLERS: dict[str, Callable[[_Call], _Rule]] = {
     **dict.fromkeys(_RNN_LAYOUT, _rnn),
     **dict.fromkeys(("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"), _embedding_bag),
     **dict.fromkeys(("_embedding_bag_backward", "_embedding_bag_dense_backward"), _embedding_bag_backward),
-    **dict.fromkeys(("binary_cross_entropy", "binary_cross_entropy_backward"), _bce),
-    **dict.fromkeys(("smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward"), _smooth_loss),
+    **dict.fromkeys(("binary_cross_entropy", "binary_cross_entropy_backward", "smooth_l1_loss",
+                     "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward"), _pointwise_loss),
     **dict.fromkeys(("select_backward", "slice_backward"), _scatter_into),
     "index": _index, **dict.fromkeys(("index_put_", "_index_put_impl_", "index_put"), _index_put),
     **dict.fromkeys(("index_add_", "index_add", "scatter_add_", "scatter_add", "scatter", "scatter_"), _index_add),
