@@ -354,3 +354,14 @@ def test_cudnn_attention_counts_like_sdpa_and_honours_the_causal_flag():
     causal = op_cost("aten::_cudnn_attention_forward", [q, q, q] + [[]] * 9, [F16] * 3 + [""] * 3 + ["Scalar"] * 6,
                      extra=["", "", "", "", "", "", "1024", "1024", "True", "0.0", "True", "False"])
     assert causal.flops == pytest.approx(full * (1024 + 1) / 2 / 1024)
+
+
+def test_pointwise_losses_count_flops_per_element_and_reduce_unless_asked_not_to():
+    x = [64, 10]
+    bce = op_cost("aten::binary_cross_entropy", [x, x, [], []], [F32, F32, "", "Scalar"], extra=[None, None, None, 1])
+    assert bce.flops == costs.BCE_FLOPS * 640 and bce.bytes == 2 * 640 * 4 + 4  # input, target; a scalar out
+    unreduced = op_cost("aten::huber_loss", [x, x, [], []], [F32, F32, "Scalar", "Scalar"], extra=[None, None, 0, 1.0])
+    assert unreduced.flops == costs.SMOOTH_L1_FLOPS * 640 and unreduced.bytes == 3 * 640 * 4
+    back = op_cost("aten::smooth_l1_loss_backward", [x, x, x, [], []], [F32] * 3 + ["Scalar", "Scalar"],
+                   extra=[None, None, None, 1, 1.0])
+    assert back.flops == costs.SMOOTH_L1_FLOPS * 640 and back.bytes == 4 * 640 * 4  # grad, input, target in; grad out
