@@ -27,7 +27,7 @@ from pygpuperf.core.results import NOISY_CV
 from pygpuperf.core.units import figure as _fmt
 from pygpuperf.facts import datasheets
 from pygpuperf.facts.nvml import BENIGN_CLOCK_REASONS
-from pygpuperf.facts.health import empty_health
+from pygpuperf.facts.health import empty_rank_health
 
 SCHEMA_ID = "pygpuperf-fleet/1"
 THRESHOLDS_SCHEMA_ID = "pygpuperf-fleet-thresholds/1"
@@ -236,8 +236,7 @@ def rank_problem(doc: Any) -> str | None:
 
 def stub_rank(rank: int, host: str, problem: str) -> dict[str, Any]:
     """A rank whose document could not be used: no figures, the problem as its error."""
-    facts = empty_health("the rank's document could not be used")
-    facts["ecc_errors_during_suite"] = {"corrected": None, "uncorrected": None}
+    facts = empty_rank_health("the rank's document could not be used")
     return {"schema": RANK_SCHEMA_ID, "rank": rank, "local_rank": None, "host": host, "device": "unknown",
             "device_type": "unknown", "index": None, "card": "unknown", "versions": {}, "suite": {},
             "figures": {}, "health": facts, "errors": [problem[:300]], "invalid": True}
@@ -532,22 +531,16 @@ def _judge_health(j: _Judge, thresholds: Thresholds, findings: list[dict[str, An
                                      [rank], host, name, {"seen": {"generation": gen, "width": width},
                                                           "max": {"generation": gen_max, "width": width_max}}))
             break
-    for figure in doc["figures"].values():
-        for reason in (figure.get("telemetry") or {}).get("throttle_reasons") or []:
-            if reason not in BENIGN_CLOCK_REASONS:
-                throttled[reason].append(rank)
-    for reason in set(r for fig in doc["figures"].values()
-                      for r in (fig.get("telemetry") or {}).get("throttle_reasons") or [] if r not in
-                      BENIGN_CLOCK_REASONS):
+    reasons = dict.fromkeys(r for figure in doc["figures"].values()
+                            for r in (figure.get("telemetry") or {}).get("throttle_reasons") or []
+                            if r not in BENIGN_CLOCK_REASONS)  # each once, in the order the figures show them
+    for reason in reasons:
+        throttled[reason].append(rank)
         j.notes.append(f"clocks held back by {reason.replace('_', ' ')}")
     limit, default = h.get("power_limit_w"), h.get("power_limit_default_w")
     if limit and default and limit < default * diagnostics.POWER_LIMIT_SHARE:
         power.append(rank)
         j.notes.append(f"power limit {limit:g} W below its default {default:g} W")
-
-
-def _dedupe(ranks: list[int]) -> list[int]:
-    return list(dict.fromkeys(ranks))
 
 
 # --------------------------------------------------------------------------- links
@@ -739,7 +732,6 @@ def _fleet_findings(stats: dict[str, Any], thresholds: Thresholds, noisy: dict[i
                             "Give --budget-s more time (or drop --serial) to measure every figure.", ranks,
                             evidence={"figures": {str(r): budget[r] for r in ranks[:MAX_NAMED]}}))
     for reason, ranks in sorted(throttled.items()):
-        ranks = _dedupe(ranks)
         out.append(_finding("warning", "throttling", f"Clocks were held back by {reason.replace('_', ' ')} on "
                             f"{len(ranks)} GPU(s) while probes ran: {_names(ranks, docs)}.",
                             "Check cooling, power delivery and power limits before comparing their figures.",

@@ -27,6 +27,11 @@ def host_name() -> str:
     return (os.environ.get(NODE_NAME_VARIABLE) or "").strip()[:200] or socket.gethostname()
 
 
+def empty_rank_health(reason: str) -> dict[str, Any]:
+    """A rank document's health with nothing known: every fact and the ECC change over the suite unknown."""
+    return {**empty_health(reason), "ecc_errors_during_suite": {"corrected": None, "uncorrected": None}}
+
+
 def empty_health(reason: str) -> dict[str, Any]:
     """Every health fact as "not available", with the reason."""
     return {

@@ -361,9 +361,8 @@ def bounded_json(doc: dict[str, Any], limit: int = MAX_RANK_DOCUMENT_BYTES) -> s
             return text
     keep = {k: trimmed.get(k) for k in ("schema", "rank", "local_rank", "host", "device", "device_type", "index",
                                         "card", "versions", "suite")}
-    keep.update(figures={}, health=health.empty_health("dropped: the document was too long"),
+    keep.update(figures={}, health=health.empty_rank_health("dropped: the document was too long"),
                 errors=[f"document over {limit} bytes: figures and facts dropped"])
-    keep["health"]["ecc_errors_during_suite"] = {"corrected": None, "uncorrected": None}
     return json.dumps(keep, separators=(",", ":"), allow_nan=False)
 
 
