@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, costs, tiles, words
-from pygpuperf.explain.classify import MATMUL_OPS, is_matrix_vector
+from pygpuperf.explain.classify import MATMUL_OPS, has_convolutions, is_matrix_vector
 from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, KernelRecord,
                                      Timeline)
 from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_FALLBACK, PART_FIXED, PART_LAYOUT,
@@ -245,10 +245,6 @@ def _chains(records: Sequence[KernelRecord], calls: Sequence[CallAccesses]) -> l
     return chains
 
 
-def _has(records: Sequence[KernelRecord], pattern: re.Pattern[str]) -> bool:
-    return any(pattern.search(r.op) for r in records if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH))
-
-
 def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: MachineModel,
                 calls: Sequence[CallAccesses] = (), settings: Mapping[str, Any] | None = None,
                 device: str = "cuda") -> Causes:
@@ -262,7 +258,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     pricing = _Pricing(model, attribution.reuse_shares(calls, model), terms)
     parts = attribution.kernel_parts(records, model, shares=pricing.shares, terms=terms)
     units = card_terms(model).units
-    convolutions = _has(records, _CONV)
+    convolutions = has_convolutions(records)
     taken: dict[str, dict[int, float]] = {}  # cause id -> kernel index -> µs of its part
     evidence: dict[str, dict[str, Any]] = {}
 

@@ -348,6 +348,11 @@ def classify(record: KernelRecord, context: KernelContext | None = None) -> tupl
 # The aten ops that are one matrix product (their kernels are the GEMMs the shape rules read).
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
 
+def has_convolutions(records: Sequence[KernelRecord]) -> bool:
+    """Whether any of the step's math kernels is a convolution's (what channels_last and cuDNN advice need)."""
+    return any("conv" in r.op.lower() for r in records if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH))
+
+
 # A GEMM with this few rows or columns streams its matrix once for a handful of FLOPs per byte:
 # memory-bound on every card, whichever library runs it (cuBLAS gemv, a GEMM kernel, a split-K).
 GEMV_MAX_DIM = 16

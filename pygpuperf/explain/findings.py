@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 from pygpuperf.analyze.conclude import HALF_RATE_RATIO
 from pygpuperf.explain import causes, words
 from pygpuperf.explain.attribution import category_times, exclusive_times
+from pygpuperf.explain.classify import has_convolutions
 from pygpuperf.explain.model import ExplainedStep, Explanation, fitting_batch
 from pygpuperf.explain.model import VECTOR_MATH, LAYOUT, MEMORY_BOUND, TENSOR_GEMM, KernelRecord, Timeline
 from pygpuperf.explain.words import PART_OTHER
@@ -91,10 +92,6 @@ def _ceiling(model: MachineModel | None, table: str, key: str) -> float | None:
 # --------------------------------------------------------------------------- the findings
 
 
-def _has_convolutions(records: Sequence[KernelRecord]) -> bool:
-    return any("conv" in r.op.lower() for r in records if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH))
-
-
 def _layout(records: Sequence[KernelRecord], shares: Sequence[float], times: Mapping[str, float], wall: float,
             settings: Mapping[str, Any] | None, kind: str) -> Finding | None:
     layout_us = times[LAYOUT]
@@ -103,7 +100,7 @@ def _layout(records: Sequence[KernelRecord], shares: Sequence[float], times: Map
     ops = _top_ops(records, shares, lambda r: r.kernel_class == LAYOUT)
     fmt = str((settings or {}).get("memory_format", "")).lower()
     library = "cuDNN's tensor-core" if kind == words.GPU else "oneDNN's"
-    if not _has_convolutions(records):
+    if not has_convolutions(records):
         # No convolution, so no NCHW<->NHWC: the copies are of permuted or sliced views (attention heads, say).
         what = "Layout copies (.contiguous() of permuted or sliced tensors)"
         suggestion = (f"The step has no convolutions, so these are no image-layout transposes; they come from "
