@@ -16,6 +16,7 @@ launched rank measures and rank 0 reports, on one host or many.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 import os
@@ -449,15 +450,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _init_group(device_type: str, rank: int, world_size: int, local_rank: int,
-                init_method: str | None = None) -> torch.device:
-    """Join the default group: NCCL bound to this rank's GPU, or Gloo on the CPU."""
+def init_group(device_type: str, rank: int, world_size: int, local_rank: int, init_method: str | None = None,
+               timeout: _dt.timedelta | None = None) -> torch.device:
+    """Join the default group (env:// under torchrun unless `init_method` says otherwise): NCCL bound to this
+    rank's GPU, or Gloo on the CPU; returns the rank's device."""
     if device_type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size, device_id=device)
+        dist.init_process_group("nccl", init_method=init_method, rank=rank, world_size=world_size, timeout=timeout,
+                                device_id=device)
         return device
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
     return torch.device("cpu")
 
 
@@ -507,7 +510,7 @@ def _spawned_rank(rank: int, world_size: int, device_type: str, port: int, ops: 
     _watch_parent(parent)
     if device_type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # the ranks share this host's cores
-    device = _init_group(device_type, rank, world_size, rank, f"tcp://127.0.0.1:{port}")
+    device = init_group(device_type, rank, world_size, rank, f"tcp://127.0.0.1:{port}")
     try:
         done: list[Measurement] = []
 
@@ -624,7 +627,7 @@ def run_launched(
     MASTER_ADDR/PORT, measure, leave. Returns (measurements, group facts) on every rank."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = _init_group(device_type, rank, world, local_rank)
+    device = init_group(device_type, rank, world, local_rank)
     try:
         facts = _group_facts(device)
         measurements = _measure_in_group(device, ops, sizes, settings, progress)

@@ -519,16 +519,6 @@ def _timeout(settings: FleetSettings, local_world: int) -> _dt.timedelta:
     return _dt.timedelta(seconds=max(1800.0, 3 * settings.budget_s * max(local_world, 1) + 600))
 
 
-def init_group(device: torch.device, launch: Launch, timeout: _dt.timedelta) -> None:
-    """Join torchrun's group (the env:// rendezvous it set up): NCCL bound to this rank's GPU, Gloo on a CPU."""
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=launch.rank, world_size=launch.world_size, timeout=timeout,
-                                device_id=device)
-    else:
-        dist.init_process_group("gloo", rank=launch.rank, world_size=launch.world_size, timeout=timeout)
-
-
 def _budget_share(settings: FleetSettings, local_world: int) -> float:
     return settings.budget_s / local_world if settings.serial else settings.budget_s
 
@@ -541,7 +531,8 @@ def joined(settings: FleetSettings, launch: Launch, device: torch.device) -> Ite
     if not launch.launched:
         yield
         return
-    init_group(device, launch, _timeout(settings, launch.local_world_size))
+    collectives.init_group(device.type, launch.rank, launch.world_size, device.index or 0,
+                           timeout=_timeout(settings, launch.local_world_size))
     try:
         yield
     finally:
