@@ -130,16 +130,10 @@ def _fix_names(text: str) -> list[str] | None:
 
 def _user_keywords(target: str) -> set[str] | None:
     """The keywords make_step accepts (None: any, it takes **kwargs)."""
-    import inspect
-
     from pygpuperf.workloads import user
 
     source = user.parse_step_spec(target)
-    function = getattr(user._import_file(source.path), source.function)
-    parameters = inspect.signature(function).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return {p.name for p in parameters}
+    return user.accepted_keywords(getattr(user._import_file(source.path), source.function))
 
 
 def _fix_target(args: argparse.Namespace, device: torch.device, knobs: dict[str, str], built) -> fixes.Target:

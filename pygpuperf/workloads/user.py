@@ -100,17 +100,25 @@ def _import_file(path: Path) -> ModuleType:
     return module
 
 
+def accepted_keywords(function: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments the function's signature takes; None when it takes any (**kwargs, or no
+    signature to read)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+
+
 def _accepted(function: Callable[..., Any], offered: Mapping[str, Any], source: StepSource) -> dict[str, Any]:
     """The offered keyword arguments the function's signature takes; UsageError for ones it needs and lacks."""
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):  # no signature to read: offer everything
+    named = accepted_keywords(function)
+    if named is None:  # it takes anything: offer everything
         return dict(offered)
-    parameters = signature.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return dict(offered)
-    named = {p.name for p in parameters
-             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    parameters = inspect.signature(function).parameters.values()
     passed = {k: v for k, v in offered.items() if k in named}
     missing = [p.name for p in parameters
                if p.default is inspect.Parameter.empty and p.name not in passed
