@@ -198,22 +198,29 @@ def test_a_well_shaped_convolution_splits_its_excess_into_the_library_rate_and_t
     assert "channels_last" not in advice and "benchmark" not in advice
 
 
-def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
+def _attention_step_compiled(module: str):
+    """A step whose attention head copies are a cause, and a measured torch.compile trial (97 us)."""
     from pygpuperf.core.results import Stats
     from pygpuperf.explain.fixes import FixTrial
     from pygpuperf.explain.model import Throughput
-    from pygpuperf.report.explain_html import explain_html
 
     records = [k("tensor_gemm", 100, "aten::addmm", "fp16.acc32", 1e9, 1e6, "blocks.0.attn.qkv"),
-               k("layout", 40, "aten::contiguous", module="blocks.0.<script>attn", name="elementwise_kernel copy")]
+               k("layout", 40, "aten::contiguous", module=module, name="elementwise_kernel copy")]
     e = explanation(records)
     e.throughput = Throughput(Stats.of([140.0] * 3), 8)
     findings.explain_findings(e, {"batch_size": "8"}, gpu_model())
-    layout = next(c for c in e.causes.items if c.id == "layout.attention_heads")
     e.fixes = [FixTrial("compile", "torch.compile", {"compile": "inductor"}, "measured", predicted_step_us=100.0,
-                        measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8, baseline_samples_per_step=8),
-               FixTrial("cuda_graphs", "CUDA graph of the step", {"cuda_graphs": "on"}, "failed",
-                        reason="RuntimeError: capture <failed>")]
+                        measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8, baseline_samples_per_step=8)]
+    return e, next(c for c in e.causes.items if c.id == "layout.attention_heads")
+
+
+def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
+    from pygpuperf.explain.fixes import FixTrial
+    from pygpuperf.report.explain_html import explain_html
+
+    e, layout = _attention_step_compiled("blocks.0.<script>attn")
+    e.fixes += [FixTrial("cuda_graphs", "CUDA graph of the step", {"cuda_graphs": "on"}, "failed",
+                          reason="RuntimeError: capture <failed>")]
     page = explain_html(e, gpu_model())
     assert 'id="explain-causes"' in page and 'id="explain-fixes"' in page
     assert "<script" not in page and "&lt;failed&gt;" in page  # every document string goes through autoescape
@@ -268,19 +275,9 @@ def test_amp_halves_activation_traffic_outside_autocasts_fp32_list_and_not_for_a
 
 
 def test_a_cause_whose_fix_try_fixes_applies_as_compile_shows_the_measured_step():
-    from pygpuperf.core.results import Stats
-    from pygpuperf.explain.fixes import FixTrial
-    from pygpuperf.explain.model import Throughput
     from pygpuperf.report.explain_html import explain_html
 
-    records = [k("tensor_gemm", 100, "aten::addmm", "fp16.acc32", 1e9, 1e6, "blocks.0.attn.qkv"),
-               k("layout", 40, "aten::contiguous", module="blocks.0.attn", name="elementwise_kernel copy")]
-    e = explanation(records)
-    e.throughput = Throughput(Stats.of([140.0] * 3), 8)
-    findings.explain_findings(e, {"batch_size": "8"}, gpu_model())
-    heads = next(c for c in e.causes.items if c.id == "layout.attention_heads")
+    e, heads = _attention_step_compiled("blocks.0.attn")
     assert heads.fix.name == "remove_layout" and heads.fix.trial == "compile"
-    e.fixes = [FixTrial("compile", "torch.compile", {"compile": "inductor"}, "measured", predicted_step_us=100.0,
-                        measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8, baseline_samples_per_step=8)]
     row = next(r for r in explain_html(e, gpu_model()).split("<tr>") if r.startswith("<td>Copies splitting"))
     assert row.split("</tr>")[0].endswith('<td class="num">0.10</td>')  # the compile trial's measured step
