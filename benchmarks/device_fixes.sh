@@ -3,16 +3,19 @@
 # `explain --try-fixes` on built-in workloads (some in bad configurations) and a held-out step, the
 # predicted-vs-measured table of every fix, and one bf16 profile.
 source "$(dirname "$0")/device_env.sh"
-build_extension
+[ -n "${SKIP_BUILD:-}" ] || build_extension
 MODEL="${MODEL:?results.json of this card}"
 [ -n "${SKIP_DEFAULT:-}" ] || time_main_command 120
 # torch.compile of a whole training step takes a minute or more: it is tried on the decode step only.
 EAGER=tf32,cudnn_benchmark,fp16_accumulation,amp,channels_last,cuda_graphs,batch_size
-for target in "resnet50-train-amp --memory-format nchw --try-fixes $EAGER" "bert-base-squad-train --try-fixes $EAGER" \
-              "resnet50-train --try-fixes $EAGER" \
-              "resnet50-train --memory-format nchw --tf32 off --try-fixes tf32,amp,channels_last,batch_size" \
-              "bert-base-squad-train --amp none --tf32 off --try-fixes tf32,amp,batch_size" \
-              "benchmarks/heldout/llm_decode.py:make_step --batch-size 1 --try-fixes cuda_graphs,compile,compile_reduce_overhead,batch_size"; do
+# TARGETS: ';'-separated targets instead of the list below.
+DEFAULT_TARGETS=("resnet50-train-amp --memory-format nchw --try-fixes $EAGER" "bert-base-squad-train --try-fixes $EAGER"
+              "resnet50-train --try-fixes $EAGER"
+              "resnet50-train --memory-format nchw --tf32 off --try-fixes tf32,amp,channels_last,batch_size"
+              "bert-base-squad-train --amp none --tf32 off --try-fixes tf32,amp,batch_size"
+              "benchmarks/heldout/llm_decode.py:make_step --batch-size 1 --try-fixes cuda_graphs,compile,compile_reduce_overhead,batch_size")
+if [ -n "${TARGETS:-}" ]; then IFS=';' read -r -a CHOSEN <<<"$TARGETS"; else CHOSEN=("${DEFAULT_TARGETS[@]}"); fi
+for target in "${CHOSEN[@]}"; do
   [ -n "${ONLY:-}" ] && ! echo "$target" | grep -qE -- "$ONLY" && continue  # ONLY: a regex choosing targets
   name=$(echo "$target" | cut -d' ' -f1-6 | tr '/:. ,' '_____' | cut -c1-60)
   step "try-fixes $target"

@@ -3,9 +3,11 @@ sync at the end, wall clock. For every workload named (default: every built-in o
 
     python benchmarks/plain_loop.py OUT.json [--device cuda] [--loop-steps 30] [--repeats 3] [NAME ...]
 
-Each workload is built once and warmed up; then the tool's timing (explainer.measure_throughput:
-device events, no host sync between steps) and the plain loop alternate `--repeats` times, and the
-medians are compared. A ratio above 1 means the tool reports a slower step than the loop.
+Each workload is built once and warmed up; then three timings alternate `--repeats` times: the tool's
+(explainer.measure_throughput: device events, no host sync between steps, the telemetry thread
+sampling), the same events without the telemetry thread, and the plain loop. The medians are
+compared; a ratio above 1 means the tool reports a slower step than the loop. Each repeat keeps the
+mean of the tool's steps too, to set against the median (a loop's wall clock gives a mean).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from pygpuperf.core.timing import synchronize
 from pygpuperf.explain.explainer import measure_throughput
 from pygpuperf.workloads import WORKLOADS
+from pygpuperf.workloads.base import time_steps
 
 
 def plain_loop_seconds(step, device: torch.device, steps: int) -> float:
@@ -42,13 +45,18 @@ def compare(name: str, device: torch.device, loop_steps: int, repeats: int) -> d
         warmup, _ = workload.default_steps(device)
         for _ in range(warmup):
             built.step()
-        tool, loop = [], []
+        tool, tool_mean, quiet, loop = [], [], [], []
         for _ in range(repeats):
-            tool.append(measure_throughput(built.step, device, built.samples_per_step, warmup=0).step_us.median / 1e6)
+            timed = measure_throughput(built.step, device, built.samples_per_step, warmup=0)
+            tool.append(timed.step_us.median / 1e6)
+            tool_mean.append(timed.step_us.mean / 1e6)
+            quiet.append(statistics.median(time_steps(built.step, device, 0, loop_steps)))
             loop.append(plain_loop_seconds(built.step, device, loop_steps))
-    t, p = statistics.median(tool), statistics.median(loop)
+    t, q, p = statistics.median(tool), statistics.median(quiet), statistics.median(loop)
     return {"workload": name, "samples_per_step": built.samples_per_step, "tool_step_s": t, "loop_step_s": p,
-            "ratio_tool_to_loop": t / p, "tool_repeats_s": tool, "loop_repeats_s": loop,
+            "ratio_tool_to_loop": t / p, "events_without_telemetry_s": q, "ratio_events_to_loop": q / p,
+            "tool_mean_step_s": statistics.median(tool_mean), "ratio_tool_mean_to_loop": statistics.median(tool_mean) / p,
+            "tool_repeats_s": tool, "tool_mean_repeats_s": tool_mean, "events_repeats_s": quiet, "loop_repeats_s": loop,
             "loop_cv": statistics.pstdev(loop) / p if p else None}
 
 
