@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from pygpuperf.analyze.kernel_time import (MATRIX, MEMORY, Access, KernelWork, card_terms, kernel_time,
+from pygpuperf.analyze.kernel_time import (MATRIX, MEMORY, VECTOR, Access, KernelWork, card_terms, kernel_time,
                                             reuse_traffic)
 from pygpuperf.core.results import Ceiling, MachineModel
 from pygpuperf.explain.accesses import AccessTraceMode, resident_storages
@@ -104,6 +104,9 @@ def test_wave_quantization_on_two_unit_counts():
     assert kernel_time(KernelWork(MATRIX, "fp16.acc32", 1e9, 0.0, tiles=(40,)), _card()).wave_efficiency == 1.0
     # of two tile orientations, the one with fuller waves counts
     assert kernel_time(dataclasses.replace(gemm, tiles=(133, 132)), _card(units=132)).wave_efficiency == 1.0
+    # a tiled GEMM on the vector units (a CUDA-core SGEMM) runs in the same waves
+    sgemm = kernel_time(KernelWork(VECTOR, "fp32", 20e12 * 1e-3, 1e6, tiles=(133,)), _card(units=132))
+    assert sgemm.compute_us == pytest.approx(1000.0 * 264 / 133)
 
 
 def test_a_gemv_is_bounded_by_its_bytes_whatever_runs_it():
@@ -127,3 +130,39 @@ def test_the_bound_of_a_datasheet_card_takes_the_measured_fixed_cost_at_its_cloc
     terms = card_terms(sheet, measured)
     assert terms.fixed_us == pytest.approx(4.0) and "assumed" in terms.notes[0]
     assert card_terms(sheet).fixed_us == 0.0 and "no fixed cost" in card_terms(sheet).notes[0]
+
+
+@pytest.mark.parametrize("name, tile", [
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(Params)", (256, 128)),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_f16_128x256_32x3_nn_align8>(Params)", (128, 256)),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x5_nt_align4>(Params)", (128, 128)),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x64x8_stage3_warpsize2x2x1_ffma", (128, 64)),
+    ("nvjet_sm90_hsh_192x192_64x3_2x1_v_bz_coopB_NTN", (192, 192)),
+])
+def test_tile_shapes_read_from_kernel_names(name, tile):
+    # The CTA tile, not the K tile and stage count that follow it in CUTLASS names.
+    from pygpuperf.explain.tiles import tile_shape
+    assert tile_shape(name) == tile
+
+
+def _gemm(op: str, shapes: list, phase: str, name: str = "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT") -> KernelRecord:
+    return KernelRecord(name, 0.0, 100.0, op=op, phase=phase, input_shapes=shapes, kernel_class=TENSOR_GEMM)
+
+
+def test_at_twice_the_batch_activation_gemms_get_twice_the_tiles_and_weight_gradients_none():
+    from pygpuperf.explain.tiles import at_batch, output_tiles, weight_shapes
+    tokens, hidden, ffn = 4096, 768, 3072
+    forward = _gemm("aten::addmm", [[ffn], [tokens, hidden], [hidden, ffn]], "forward")
+    grad_input = _gemm("aten::mm", [[tokens, ffn], [ffn, hidden]], "backward")
+    grad_weight = _gemm("aten::mm", [[hidden, tokens], [tokens, ffn]], "backward")
+    conv = _gemm("aten::cudnn_convolution", [[64, 64, 56, 56], [64, 64, 3, 3], [], [1, 1], [1, 1], [1, 1]],
+                 "forward", "sm90_xmma_fprop_implicit_gemm_tilesize128x128x64")
+    bmm = _gemm("aten::bmm", [[96, 128, 64], [96, 64, 128]], "forward")
+    weights = weight_shapes([forward, grad_input, grad_weight])
+    assert (hidden, ffn) in weights and (ffn, hidden) in weights and (tokens, ffn) not in weights
+    for record in (forward, grad_input, conv, bmm):
+        before, after = output_tiles(record), output_tiles(at_batch(record, 2.0, weights))
+        assert before and after == tuple(2 * t for t in before), record.op
+    doubled = at_batch(grad_weight, 2.0, weights)
+    assert output_tiles(doubled) == output_tiles(grad_weight)  # the output is the weight's shape
+    assert doubled.input_shapes == [[hidden, 2 * tokens], [2 * tokens, ffn]]  # the batch is in K

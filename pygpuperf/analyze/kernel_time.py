@@ -305,8 +305,7 @@ def kernel_time(work: KernelWork, model: MachineModel, terms: CardTerms | None =
                    else model.vector_ceiling(work.precision or "fp32") if work.kind == VECTOR
                    else model.vector_ceiling("fp32"))
         if ceiling is not None:
-            efficiency = max((wave_efficiency(t, terms.units) for t in work.tiles), default=1.0) \
-                if work.kind == MATRIX else 1.0
+            efficiency = max((wave_efficiency(t, terms.units) for t in work.tiles), default=1.0)
             compute_us = _seconds_us(work.flops, ceiling[1]) / efficiency
             compute_ceiling = f"compute:{ceiling[0]}"
     return KernelTime(fixed, compute_us, memory_us, efficiency, compute_ceiling, memory_ceiling, traffic)

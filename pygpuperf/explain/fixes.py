@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, causes, explainer, words
+from pygpuperf.explain import attribution, causes, explainer, tiles, words
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -111,10 +111,13 @@ def _predicted_by(explanation: Explanation, model: MachineModel,
 
 
 def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
-    """The step at `scale` times the batch by the kernel model: forward and backward kernels' work scales
-    (each keeps its measured residual), the rest and the idle time stay as measured."""
-    return _predicted_by(explanation, model, lambda r: dataclasses.replace(r, flops=r.flops * scale, bytes=r.bytes * scale)
-                         if r.phase in ("forward", "backward") else None)
+    """The step at `scale` times the batch by the kernel model: forward and backward kernels' work scales,
+    and their output tiles with it (waves on the card's units; each keeps its measured residual); the rest
+    and the idle time stay as measured."""
+    weights = tiles.weight_shapes(explanation.median.kernels)
+    return _predicted_by(explanation, model, lambda r: dataclasses.replace(
+        tiles.at_batch(r, scale, weights), flops=r.flops * scale, bytes=r.bytes * scale)
+        if r.phase in ("forward", "backward") else None)
 
 
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:

@@ -12,8 +12,10 @@ the one with the fuller waves, which keeps the bound a lower limit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pygpuperf.explain.model import KernelRecord
@@ -22,7 +24,9 @@ _TILE_PATTERNS = (
     re.compile(r"tilesize(\d+)x(\d+)x\d+"),  # xmma (cuDNN, cuBLAS)
     re.compile(r"_tile(\d+)x(\d+)x\d+"),  # xmma first-layer convolutions
     re.compile(r"nvjet_sm\d+_[a-z]+_(\d+)x(\d+)_"),  # cuBLASLt nvjet
-    re.compile(r"gemm_[a-z0-9]+_(\d+)x(\d+)_(?:\d+x\d+_)?(?:nn|nt|tn|tt)"),  # CUTLASS
+    # CUTLASS: an optional dtype, the CTA tile, the K tile x stages (tensorop "gemm_f16_128x256_32x3_nn", SIMT
+    # "sgemm_256x128_8x4_nn", where a looser pattern read the K tile and stages as the tile)
+    re.compile(r"gemm_(?:[a-z]+\d*_)?(\d+)x(\d+)_(?:\d+x\d+_)?(?:nn|nt|tn|tt)"),
 )
 _SPLIT_K = re.compile(r"split_?k", re.IGNORECASE)
 
@@ -100,3 +104,51 @@ def output_tiles(record: KernelRecord) -> tuple[int, ...]:
     batch, m, n = shape
     a, b = tile
     return tuple(sorted({batch * math.ceil(m / a) * math.ceil(n / b), batch * math.ceil(m / b) * math.ceil(n / a)}))
+
+
+def weight_shapes(records: Sequence[KernelRecord]) -> set[tuple[int, int]]:
+    """(rows, columns), both ways round, of the second operand of each forward mm/addmm: the weights of
+    the step's linear layers, whose gradients are GEMMs with the batch in K rather than in the output."""
+    out: set[tuple[int, int]] = set()
+    for r in records:
+        if r.phase != "forward" or r.op not in ("aten::mm", "aten::addmm"):
+            continue
+        dims = [_dims(s) for s in r.input_shapes]
+        weight = dims[1] if r.op == "aten::mm" and len(dims) >= 2 else dims[2] if len(dims) >= 3 else None
+        if weight and len(weight) == 2:
+            out.update({(weight[0], weight[1]), (weight[1], weight[0])})
+    return out
+
+
+def at_batch(record: KernelRecord, scale: float, weights: set[tuple[int, int]]) -> KernelRecord:
+    """The record with the batch dimension of its GEMM or convolution operands times `scale`, so that its
+    output tiles are those of the op at the new batch: the rows of an activation GEMM, the K of a weight
+    gradient (`weights`, from :func:`weight_shapes`), the batch of a bmm, the images of a convolution.
+    Other ops are returned as they are."""
+    dims = [_dims(s) for s in record.input_shapes]
+    shapes = list(record.input_shapes)
+
+    def scale_dim(operand: int, axis: int) -> None:
+        d = dims[operand] if operand < len(dims) else None
+        if d and len(d) > axis:
+            shapes[operand] = d[:axis] + [max(1, round(d[axis] * scale))] + d[axis + 1:]
+
+    op = record.op
+    if op == "aten::mm" and len(dims) >= 2 and dims[0] and dims[1]:
+        if (dims[0][0], dims[1][-1]) in weights:  # a weight gradient: the batch is the reduced K
+            scale_dim(0, 1)
+            scale_dim(1, 0)
+        else:
+            scale_dim(0, 0)
+    elif op == "aten::addmm":
+        scale_dim(1, 0)
+    elif op in ("aten::bmm", "aten::baddbmm"):
+        first = 0 if op == "aten::bmm" else 1
+        scale_dim(first, 0)
+        scale_dim(first + 1, 0)
+    elif op in ("aten::cudnn_convolution", "aten::convolution", "aten::_convolution"):
+        scale_dim(0, 0)
+    elif op == "aten::convolution_backward":
+        scale_dim(0, 0)
+        scale_dim(1, 0)
+    return dataclasses.replace(record, input_shapes=shapes) if shapes != record.input_shapes else record
