@@ -19,8 +19,10 @@ for target in "${CHOSEN[@]}"; do
   [ -n "${ONLY:-}" ] && ! echo "$target" | grep -qE -- "$ONLY" && continue  # ONLY: a regex choosing targets
   name=$(echo "$target" | cut -d' ' -f1-6 | tr '/:. ,' '_____' | cut -c1-60)
   step "try-fixes $target"
+  mkdir -p "$OUT/fixes/$name"  # its output goes in the archive: what comes back from $OUT is a few files
   timeout "${FIX_S:-100}" python3 -m pygpuperf.explain $target --machine-model "$MODEL" \
-    --out "$OUT/fixes/$name" >"$OUT/fixes_$name.txt" 2>&1 || echo "exit $? for $target" | tee -a "$log"
+    --out "$OUT/fixes/$name" >"$WORK/stdout.txt" 2>&1 || echo "exit $? for $target" | tee -a "$log"
+  mv "$WORK/stdout.txt" "$OUT/fixes/$name/stdout.txt"
   rm -f "$OUT/fixes/$name/"*.png "$OUT/fixes/$name/"*.svg "$OUT/fixes/$name/.pygpuperf.lock"
 done
 if [ -z "${SKIP_BF16:-}" ]; then
