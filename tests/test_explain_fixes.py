@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
@@ -64,6 +65,27 @@ def test_batch_fix_is_predicted_by_the_kernel_model():
                                                       4), "cpu", only=["batch_size"], measure=_timed(200.0))[0]
     assert trial.predicted_step_us == 250.0 and trial.measured_step_us == 200.0 and trial.samples_per_step == 8
     assert trial.speedup == (150.0 / 4) / (200.0 / 8)
+
+
+def test_at_twice_the_batch_a_streaming_kernel_keeps_its_ramp_and_a_strided_one_grows_in_full():
+    from pygpuperf.core.results import LinkFit
+
+    model = _model()
+    # The card's copy sweep: 20 GB/s after a 30 us ramp per kernel (the fixed cost is 0: none was measured).
+    model.memory_fits["dram.copy"] = LinkFit("memory.size.sweep", "native-cpu", 20.0, 30.0, 6e5, 8, 0.01, 1e3, 1e9)
+
+    def step_of(measured_us):  # 1 MB at 20 GB/s: a 50 us bound
+        e = _explanation(op="aten::relu")
+        r = e.median.kernels[0]
+        r.kernel_class, r.flops, r.bytes, r.duration_us = "memory_bound", 0.0, 1e6, measured_us
+        e.median.timeline = Timeline(wall_us=measured_us, busy_us=measured_us, idle=Idle())
+        return e
+
+    streaming = fixes.predicted_at_batch(step_of(85.0), model, 2.0)  # 50 us of bytes, 30 of ramp, 5 more
+    assert streaming == pytest.approx(30.0 + 2 * 55.0)  # the ramp once, the rest twice
+    strided = fixes.predicted_at_batch(step_of(500.0), model, 2.0)  # far below its bound: the ramp is noise
+    assert strided == pytest.approx(30.0 + 2 * 470.0)
+    assert strided / 500.0 > 1.9 > streaming / 85.0
 
 
 def test_try_fixes_on_a_cpu_user_step_end_to_end(tmp_path):

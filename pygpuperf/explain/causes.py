@@ -122,15 +122,31 @@ class _Pricing:
     shares: dict[int, dict[str, float]]
     terms: Any
 
-    def reprice(self, record: KernelRecord, changed: KernelRecord, cap: bool = True) -> float:
-        """The record's duration once it runs as `changed`: the model's new time times its measured residual."""
+    def reprice(self, record: KernelRecord, changed: KernelRecord, cap: bool = True, resized: bool = False) -> float:
+        """The record's duration once it runs as `changed`: the model's new time times its measured residual.
+        `resized` (the same kernel on more or less data): a memory-bound kernel's ramp, what the card's measured
+        size sweep spends per kernel beyond its fixed cost (time = t0 + bytes / bandwidth), stays as it was
+        rather than growing with the bytes."""
         before = attribution.kernel_timing(record, self.model, self.shares, self.terms)
         after = attribution.kernel_timing(changed, self.model, self.shares, self.terms)
         if before is None or after is None or before.work_us <= 0 or record.duration_us <= 0:
             return record.duration_us * (changed.bytes / record.bytes if not cap and record.bytes > 0 else 1.0)
-        residual = before.residual(record.duration_us)
-        new = after.fixed_us + after.work_us * max(residual, 1.0)
+        ramp = 0.0
+        if resized and before.ceiling.startswith("memory:"):
+            excess = record.duration_us - before.total_us
+            ramp = min(max(self.ramp_us - before.fixed_us, 0.0), max(excess, 0.0))
+        residual = max(record.duration_us - before.fixed_us - ramp, 0.0) / before.work_us
+        # A kernel faster than its bound (miscounted work: an FFT convolution) keeps its speed when resized;
+        # a changed kernel is never priced below its new bound.
+        new = after.fixed_us + ramp + after.work_us * (residual if resized else max(residual, 1.0))
         return min(record.duration_us, new) if cap else new
+
+    @property
+    def ramp_us(self) -> float:
+        """t0 of the card's main-memory copy sweep (0 where it was not measured)."""
+        main = self.model.dram_key()
+        fit = self.model.memory_fits.get(f"{main}.copy") if main else None
+        return fit.latency_us if fit is not None else 0.0
 
 
 def _saved(records: Sequence[KernelRecord], exclusive: Sequence[float], indices: Sequence[int],

@@ -94,7 +94,7 @@ def _predictions(explanation: Explanation) -> dict[str, float]:
 
 
 def _predicted_by(explanation: Explanation, model: MachineModel,
-                  change: Callable[[KernelRecord], KernelRecord | None]) -> float | None:
+                  change: Callable[[KernelRecord], KernelRecord | None], resized: bool = False) -> float | None:
     """The step with each kernel `change` returns re-priced by the kernel model (keeping its measured
     residual); kernels it returns None for, and the idle time, stay as measured."""
     records = explanation.median.kernels
@@ -106,7 +106,7 @@ def _predicted_by(explanation: Explanation, model: MachineModel,
     for r, share in zip(records, attribution.exclusive_times(records)):
         changed = change(r) if r.duration_us > 0 else None
         if changed is not None:
-            delta += share * (pricing.reprice(r, changed, cap=False) / r.duration_us - 1.0)
+            delta += share * (pricing.reprice(r, changed, cap=False, resized=resized) / r.duration_us - 1.0)
     return explanation.median.timeline.wall_us + delta
 
 
@@ -117,7 +117,7 @@ def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: flo
     weights = tiles.weight_shapes(explanation.median.kernels)
     return _predicted_by(explanation, model, lambda r: dataclasses.replace(
         tiles.at_batch(r, scale, weights), flops=r.flops * scale, bytes=r.bytes * scale)
-        if r.phase in ("forward", "backward") else None)
+        if r.phase in ("forward", "backward") else None, resized=True)
 
 
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
