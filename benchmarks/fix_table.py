@@ -18,16 +18,21 @@ import json
 from pathlib import Path
 
 from pygpuperf.core import documents
-from pygpuperf.explain import attribution, findings, fixes
+from pygpuperf.analyze.kernel_time import card_terms
+from pygpuperf.explain import attribution, explainer, findings, fixes
 from pygpuperf.explain.compare import load_explanation
+from pygpuperf.workloads import WORKLOADS
 
 
 def _repredicted(path: Path, model) -> dict[str, float | None]:
     e = load_explanation(path)
+    explainer.bytes_from_traced_calls(e.median.kernels, e.calls, card_terms(model).fixed_us)  # as explain does now
     attribution.assign_bounds(e.median.kernels, model, e.calls)
     findings.explain_findings(e, e.settings, model)  # sets the causes and their fixes
     samples = e.throughput.samples_per_step if e.throughput else None
-    return {f.name: fixes.predicted_step(e, model, f.name, f.knobs, samples) for f in e.fixes}
+    built_in = e.settings.get("workload") in WORKLOADS  # its own graph build fuses the optimizer
+    return {f.name: fixes.predicted_step(e, model, f.name, f.knobs, samples, graph_fuses_optimizer=built_in)
+            for f in e.fixes}
 
 
 def rows(path: Path, model=None) -> list[dict]:

@@ -169,6 +169,13 @@ def test_idle_causes_share_one_cuda_graph_fix_and_split_the_parts_honestly():
     result = causes.step_causes(e.median.kernels, e.median.timeline, gpu_model(), device="cuda:0")
     graphs = [c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs"]
     assert len(graphs) == 1 and graphs[0].saves_us == pytest.approx(50.0)
+    # A replayed graph still pays its own gap per kernel, where the card's graph period was measured.
+    graphed = gpu_model()
+    graphed.latency["kernel.duration"] = Ceiling(1000.0, "ns", "latency.kernel.duration", "native-cuda")
+    graphed.latency["kernel.graph"] = Ceiling(3000.0, "ns", "latency.kernel.graph", "native-cuda")
+    result = causes.step_causes(e.median.kernels, e.median.timeline, graphed, device="cuda:0")
+    fix = next(c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs")
+    assert fix.saves_us == pytest.approx(50.0 - 5 * 2.0)
     for part, split in result.by_part.items():
         assert split["named_us"] <= split["us"] + 1e-9 and split["rest_us"] == pytest.approx(
             split["us"] - split["named_us"], abs=1e-9), part
@@ -281,3 +288,39 @@ def test_a_cause_whose_fix_try_fixes_applies_as_compile_shows_the_measured_step(
     assert heads.fix.name == "remove_layout" and heads.fix.trial == "compile"
     row = next(r for r in explain_html(e, gpu_model()).split("<tr>") if r.startswith("<td>Copies splitting"))
     assert row.split("</tr>")[0].endswith('<td class="num">0.10</td>')  # the compile trial's measured step
+
+
+def test_a_fused_optimizer_is_priced_as_one_pass_over_the_storages_the_update_touches():
+    # A foreach update in three kernels over one 100 MB parameter, its gradient and a state: each kernel reads
+    # and writes what it touches (8 passes in all, 800 MB); one fused kernel reads 3 tensors and writes 2.
+    mb = 100_000_000
+    param, grad, state = 1, 2, 3
+    touched = [[(state, False), (state, True)], [(state, False), (grad, False), (state, True)],
+               [(param, False), (state, False), (param, True)]]
+    calls = [CallAccesses(i, "aten::_foreach_add_", tuple(Access(s, mb, w, True) for s, w in t))
+             for i, t in enumerate(touched)]
+    records = [k("memory_bound", 200.0, "aten::_foreach_add_", nbytes=len(t) * mb, call=i, phase="optimizer")
+               for i, t in enumerate(touched)]
+    model = gpu_model()
+    explanation(records, calls=calls)  # lays the kernels end to end
+    exclusive = attribution.exclusive_times(records)
+    pricing = causes._Pricing(model, attribution.reuse_shares(calls, model), attribution.bound_terms(records, model))
+    saves, evidence = causes._fused_optimizer_saving(records, exclusive, calls, pricing)
+    assert evidence["fused_traffic_bytes"] == 5 * mb
+    # the update's kernels run at 800 MB / 4700 GB/s over 600 us; the fused one at the same efficiency
+    efficiency = (8 * mb / 4700e9 * 1e6) / 600.0
+    assert saves == pytest.approx(600.0 - (5 * mb / 4700e9 * 1e6) / efficiency, rel=1e-3)
+    assert 0 < saves < 600.0
+    # an update that is fused already has nothing to gain
+    fused = [k("memory_bound", 200.0, "aten::_fused_adamw_", nbytes=5 * mb, call=0, phase="optimizer")]
+    assert causes._fused_optimizer_saving(fused, [200.0], calls[:1], pricing)[0] == 0.0
+
+
+def test_kernels_whose_shapes_the_profiler_dropped_take_their_bytes_from_the_traced_call():
+    calls = [CallAccesses(0, "aten::_foreach_mul_", (Access(1, 4000, False, True), Access(1, 4000, True, True)))]
+    chunks = [k("memory_bound", 30.0, "aten::_foreach_mul_", call=0, phase="optimizer") for _ in range(2)]
+    for r in chunks:
+        r.op_call_id = 7
+    known = k("memory_bound", 5.0, "aten::add", nbytes=123.0, call=0)
+    assert explainer.bytes_from_traced_calls(chunks + [known], calls) == 2
+    assert sum(r.bytes for r in chunks) == pytest.approx(8000.0) and known.bytes == 123.0

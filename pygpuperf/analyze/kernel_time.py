@@ -53,6 +53,7 @@ CLOCK = "clock_mhz"
 # Latency keys of the fixed cost (MachineModel.latency, ns).
 FIXED_KEY = "kernel.duration"
 PERIOD_KEY = "kernel.back_to_back"
+GRAPH_PERIOD_KEY = "kernel.graph"  # per kernel of a replayed CUDA graph
 
 
 # --------------------------------------------------------------------------- reuse
@@ -157,6 +158,7 @@ class CardTerms:
     units: int | None  # multiprocessors / compute units (for waves)
     caches: tuple[tuple[str, float], ...]  # (level, capacity bytes) with a bandwidth, nearest first
     notes: tuple[str, ...] = ()  # assumptions, for the output
+    graph_gap_us: float = 0.0  # device idle between two kernels of a replayed graph (0: not measured)
 
 
 def card_terms(model: MachineModel, reference: MachineModel | None = None) -> CardTerms:
@@ -176,10 +178,12 @@ def card_terms(model: MachineModel, reference: MachineModel | None = None) -> Ca
         fixed = 0.0
         notes.append("no fixed cost per kernel measured: kernels are bounded by their work alone")
     gap = max(period - fixed, 0.0) if period is not None else 0.0
+    graph_period = _latency_us(model, GRAPH_PERIOD_KEY)
+    graph_gap = max(graph_period - fixed, 0.0) if graph_period is not None else 0.0
     units = model.facts.get(UNITS)
     caches = tuple((level, model.capacity_bytes(level) or 0.0) for level in CACHE_LEVELS
                    if model.capacity_bytes(level))
-    return CardTerms(fixed, gap, int(units) if units else None, caches, tuple(notes))
+    return CardTerms(fixed, gap, int(units) if units else None, caches, tuple(notes), graph_gap)
 
 
 def _latency_us(model: MachineModel, key: str) -> float | None:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from pygpuperf.analyze.kernel_time import card_terms
+from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, costs, tiles, words
 from pygpuperf.explain.classify import MATMUL_OPS, has_convolutions, is_matrix_vector
@@ -344,6 +344,9 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
                 if r.duration_us > 0 and new_us < r.duration_us:
                     take("precision.bf16_unused", i, exclusive[i] * (1 - new_us / r.duration_us))
 
+    fused_saves, fused_evidence = _fused_optimizer_saving(records, exclusive, calls, pricing)
+    if fused_evidence:
+        evidence.setdefault("optimizer.unfused", {}).update(fused_evidence, fused_saving_us=fused_saves)
     items: list[Cause] = []
     for cause_id, kernels in taken.items():
         us = sum(kernels.values())
@@ -359,12 +362,12 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
         if wall > 0 and us / wall >= MIN_SHARE and words.shown(part, kind):
             items.append(_idle_cause(part, us, wall, timeline, settings, kind, len(records)))
     graphed = [c for c in items if c.fix is not None and c.fix.name == "cuda_graphs"]
-    if len(graphed) > 1:  # one graph removes both: one fix, on the larger cause
-        total = sum(c.us for c in graphed)
+    if graphed:  # one graph removes both, and its kernels still pay the graph's own gap: one fix, on the larger
+        saves = max(sum(c.us for c in graphed) - len(records) * terms.graph_gap_us, 0.0)
         keep = max(graphed, key=lambda c: c.us)
+        what = "CUDA graphs (launch gaps and host-bound idle)" if len(graphed) > 1 else keep.fix.what
         for c in graphed:
-            c.fix = _fix("cuda_graphs", "CUDA graphs (launch gaps and host-bound idle)", total, wall,
-                         {"cuda_graphs": "on"}) if c is keep else None
+            c.fix = _fix("cuda_graphs", what, saves, wall, {"cuda_graphs": "on"}) if c is keep else None
     items.sort(key=lambda c: -c.us)
     by_part: dict[str, dict[str, float]] = {}
     totals = dict.fromkeys(SPLIT_PARTS, 0.0)
@@ -488,6 +491,35 @@ def _nchw_norm_saving(records: Sequence[KernelRecord], exclusive: Sequence[float
     saves = _saved(records, exclusive, norms, new)
     return saves, {"batch_norm_kernels": len(norms), "batch_norm_saving_us": round(saves, 1),
                    "streaming_efficiency": round(efficiency, 3)}
+
+
+def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence[float],
+                            calls: Sequence[CallAccesses], pricing: _Pricing) -> tuple[float, dict[str, Any]]:
+    """What one fused optimizer kernel buys over the step's per-op (foreach or per-tensor) update: it reads
+    each parameter, gradient and state once and writes each once (the distinct storages the update's traced
+    calls touch), priced by the kernel model at the efficiency the update's own kernels reach."""
+    idx = [i for i, r in enumerate(records) if r.phase == "optimizer" and r.duration_us > 0
+           and not (r.op or "").startswith("aten::_fused")]
+    traced = {r.call for r in (records[i] for i in idx) if r.call is not None}
+    if not idx or not traced:
+        return 0.0, {}
+    read: dict[int, int] = {}
+    written: dict[int, int] = {}
+    for call in calls:
+        if call.index in traced:
+            for a in call.accesses:
+                side = written if a.write else read
+                side[a.storage] = max(side.get(a.storage, 0), a.nbytes)
+    traffic = float(sum(read.values()) + sum(written.values()))
+    spent = sum(records[i].duration_us for i in idx)
+    bounds = [attribution.kernel_timing(records[i], pricing.model, pricing.shares, pricing.terms) for i in idx]
+    bounded = sum(t.total_us for t in bounds if t is not None)
+    if traffic <= 0 or bounded <= 0:
+        return 0.0, {}
+    one = kernel_time(KernelWork(MEMORY, "fp32", 0.0, traffic), pricing.model, pricing.terms)
+    fused_us = one.total_us * spent / bounded if bounded < spent else one.total_us
+    saves = max(sum(exclusive[i] for i in idx) - fused_us, 0.0)
+    return saves, {"fused_traffic_bytes": traffic, "fused_us": round(fused_us, 1), "update_kernels": len(idx)}
 
 
 def _fix(name: str, what: str, saves: float, wall: float, knobs: dict[str, str] | None = None) -> Fix:
@@ -642,7 +674,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
         title = f"The optimizer's per-parameter memory-bound {unit} take {pct} above their bound."
         advice = ("Use a fused optimizer (torch.optim.AdamW(..., fused=True), or foreach=True): one pass over all "
                   "parameters instead of several per tensor.")
-        saves = sum(parts[i].over_us + parts[i].fixed_us * 0.9 for i in idx)
+        saves = ev.get("fused_saving_us", sum(parts[i].over_us + parts[i].fixed_us * 0.9 for i in idx))
         fix = _fix("fused_optimizer", "fused optimizer", saves, wall)
     elif cause_id == "bandwidth":
         title = f"Memory-bound {unit} run below the bandwidth their size reaches for {pct}."

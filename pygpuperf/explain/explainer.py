@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import torch
@@ -17,7 +18,8 @@ import torch
 from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.facts import nvml
 from pygpuperf.explain import accesses, attribution, costs, timeline, trace, words
-from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
+from pygpuperf.explain.model import (LAYOUT, MEMORY_BOUND, CallAccesses, ExplainedStep, Explanation, KernelRecord,
+                                     Throughput)
 from pygpuperf.core.results import MachineModel, Stats
 
 
@@ -60,6 +62,20 @@ def _cost_records(step: trace.StepTrace, fixed_us: float = 0.0) -> dict[str, flo
     return unknown
 
 
+def bytes_from_traced_calls(records: Sequence[KernelRecord], calls: Sequence[CallAccesses],
+                            fixed_us: float = 0.0) -> int:
+    """Give a data-moving kernel whose op's shapes the profiler did not record (a long tensor list of a
+    _foreach_ op arrives as empty shapes) the bytes its traced call read and wrote, split among the call's
+    kernels as :func:`attribution.distribute_op_costs` splits them (in place). Returns how many kernels."""
+    by_index = {c.index: c for c in calls}
+    filled = [r for r in records if r.bytes <= 0 and r.flops <= 0 and r.call in by_index and r.op
+              and r.kernel_class in (MEMORY_BOUND, LAYOUT)]
+    for r in filled:
+        r.bytes = float(sum(a.nbytes for a in by_index[r.call].accesses))
+    attribution.distribute_op_costs(filled, fixed_us=fixed_us)
+    return len(filled)
+
+
 def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
                      throughput: Throughput | None = None, settings: dict[str, str] | None = None) -> Explanation:
     """Attribute every captured step against `model` (the measured roofline of the same device),
@@ -76,6 +92,7 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
                 record.call = call
         for op, us in _cost_records(step, card_terms(model).fixed_us).items():
             unknown[op] = unknown.get(op, 0.0) + us
+        bytes_from_traced_calls(step.kernels, captured.calls, card_terms(model).fixed_us)
         attribution.assign_bounds(step.kernels, model, captured.calls)
         line = timeline.timeline(step.kernels, step.start_us, step.end_us, step.syncs)
         if throughput is not None:

@@ -142,17 +142,32 @@ def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRec
 
 
 def predicted_step(explanation: Explanation, model: MachineModel, name: str, knobs: Mapping[str, str],
-                   samples_per_step: int | None, by_cause: Mapping[str, float] | None = None) -> float | None:
+                   samples_per_step: int | None, by_cause: Mapping[str, float] | None = None,
+                   graph_fuses_optimizer: bool = False) -> float | None:
     """The step (µs) the kernel model predicts after fix `name`: a batch change re-priced at the new batch,
-    else the causes' prediction of that fix, else a precision fix priced on the kernels it changes."""
+    else the causes' prediction of that fix, else a precision fix priced on the kernels it changes. A
+    built-in workload captured in a graph also runs a fused optimizer (`graph_fuses_optimizer`)."""
     if name == "batch_size" and knobs and samples_per_step:
         return predicted_at_batch(explanation, model, int(knobs["batch_size"]) / samples_per_step)
     found = (by_cause if by_cause is not None else _predictions(explanation)).get(
         "compile" if name.startswith("compile") else name)
+    if name == "cuda_graphs" and graph_fuses_optimizer:
+        records = explanation.median.kernels
+        pricing = causes._Pricing(model, attribution.reuse_shares(explanation.calls, model),
+                                  attribution.bound_terms(records, model))
+        saves, _ = causes._fused_optimizer_saving(records, attribution.exclusive_times(records), explanation.calls,
+                                                  pricing)
+        found = (found if found is not None else explanation.median.timeline.wall_us) - saves
     change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
     if found is None and change is not None:  # no cause named it: price the change itself
         return _predicted_by(explanation, model, change)
     return found
+
+
+def graph_fuses_optimizer(target: Target) -> bool:
+    """Whether the fix cuda_graphs runs the workload's own graph build, whose optimizer is fused (a graph
+    captures no host sync); a user's step is captured as it is."""
+    return not target.user_code and target.takes("cuda_graphs")
 
 
 def _has_conv(explanation: Explanation) -> bool:
@@ -278,7 +293,8 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
             continue
         trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
                          baseline_samples_per_step=base_samples)
-        trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted)
+        trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted,
+                                                 graph_fuses_optimizer=graph_fuses_optimizer(target))
         waiver = _waiver(name, knobs, explanation, target, device)
         if waiver is not None:
             trial.reason = waiver
