@@ -163,3 +163,29 @@ def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():
     built_knobs.clear()
     waived = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["tf32"], measure=measure)
     assert waived[0].status == "waived" and waived[0].baseline_after_step_us is None and not built_knobs
+
+
+def test_an_amp_dtype_fix_prices_the_batch_norms_by_their_time_in_the_new_dtype():
+    from pygpuperf.explain.norms import NormTiming, largest_norm
+
+    def norm(us, shape, strides, op="aten::cudnn_batch_norm", phase="forward"):
+        return KernelRecord(name="bn", start_us=0.0, duration_us=us, op=op, phase=phase, input_shapes=[shape],
+                            input_strides=[strides], kernel_class="memory_bound", bytes=1e5)
+
+    small, big = [8, 16, 4, 4], [8, 32, 8, 8]
+    records = [norm(30.0, small, [256, 16, 4, 1]), norm(50.0, big, [2048, 1, 256, 32]),
+               norm(40.0, big, [2048, 1, 256, 32], "aten::cudnn_batch_norm_backward", "backward")]
+    assert largest_norm(records) == (big, True)  # most time, and its strides are NHWC
+    t = 0.0
+    for r in records:
+        r.start_us, t = t, t + r.duration_us
+    line = Timeline(wall_us=t, busy_us=t, idle=Idle())
+    step = ExplainedStep(0, records, line, Waterfall(0.0, {}, t, 0.0, 1.0), [])
+    e = Explanation("cuda:0", [step], step, {}, None, {"amp": "fp16"})
+    without = fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None)
+    e.norm_timing = NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0, "bf16": 17.5})
+    assert fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None) == pytest.approx(without + 120.0 * 0.75)
+    e.settings["amp"] = "bf16"
+    assert fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) < without  # back to cuDNN's
+    e.norm_timing = NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0})  # bf16 failed its check
+    assert fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) == pytest.approx(without)

@@ -96,3 +96,12 @@ def test_resnet50_explained_with_full_coverage_and_no_miscounted_kernels():
     assert w.coverage >= 0.95
     assert not step.self_check, sorted({(r.op, r.name[:60]) for r in step.self_check})
     assert len(step.kernels) > 300
+
+
+def test_batch_norm_is_timed_in_each_dtype_and_checked():
+    from pygpuperf.explain.norms import time_batch_norm
+
+    timing = time_batch_norm([32, 64, 28, 28], True, True, "cuda")
+    assert set(timing.us) == {"fp32", "fp16", "bf16"}, timing.us  # each passed its check against fp32
+    assert all(0 < us < 1e5 for us in timing.us.values())
+    assert timing.ratio("bf16", "fp16") is not None

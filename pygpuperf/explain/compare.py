@@ -84,6 +84,10 @@ def _with_fixes(explanation: Explanation, doc: Mapping[str, Any]) -> Explanation
     from pygpuperf.explain.fixes import trial_from_dict
 
     explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
+    if isinstance(doc.get("batch_norm_timing"), Mapping):
+        from pygpuperf.explain.norms import NormTiming
+
+        explanation.norm_timing = NormTiming.from_dict(dict(doc["batch_norm_timing"]))
     return explanation
 
 

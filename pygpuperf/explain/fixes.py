@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, causes, explainer, tiles, words
+from pygpuperf.explain import attribution, causes, explainer, norms, tiles, words
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -160,8 +160,24 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         found = (found if found is not None else explanation.median.timeline.wall_us) - saves
     change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
     if found is None and change is not None:  # no cause named it: price the change itself
-        return _predicted_by(explanation, model, change)
+        found = _predicted_by(explanation, model, change)
+    if name == "amp" and found is not None:
+        found += _norms_in_new_dtype(explanation, knobs)
     return found
+
+
+def _norms_in_new_dtype(explanation: Explanation, knobs: Mapping[str, str]) -> float:
+    """µs an AMP dtype change adds to the step's batch norms (negative: saves), by the ratio of the two
+    dtypes' times on the step's own largest batch norm (Explanation.norm_timing; 0 where not measured)."""
+    timing = explanation.norm_timing
+    now = str(explanation.settings.get("amp", "")).lower()
+    ratio = timing.ratio(str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32") if timing else None
+    if ratio is None:
+        return 0.0
+    records = explanation.median.kernels
+    spent = sum(share for r, share in zip(records, attribution.exclusive_times(records))
+                if norms.BATCH_NORM.search(r.op or ""))
+    return spent * (ratio - 1.0)
 
 
 def graph_fuses_optimizer(target: Target) -> bool:
@@ -287,6 +303,11 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     base_us = baseline.step_us.median if baseline is not None else explanation.median.timeline.wall_us
     base_samples = baseline.samples_per_step if baseline is not None else None
     predicted = _predictions(explanation)
+    if device.type == "cuda" and (not only or "amp" in only) and explanation.norm_timing is None:
+        found = norms.largest_norm(explanation.median.kernels)
+        if found is not None:  # an AMP dtype fix changes which library runs them: time them in each dtype
+            training = any(r.phase == "backward" for r in explanation.median.kernels)
+            explanation.norm_timing = norms.time_batch_norm(found[0], found[1], training, device)
     trials = []
     for name, what, knobs in _candidates(explanation, target):
         if only and name not in only:

@@ -1,0 +1,112 @@
+"""Batch norm in each 16-bit dtype and fp32, timed on the step's own largest batch-norm shape.
+
+torch runs batch norm through cuDNN for fp32 and fp16 inputs, but through its own kernels for bf16 ones
+(measured on an H200: a ResNet-50 training step's batch norms took 13.8 ms in fp16 and 24.1 ms in bf16),
+so an AMP dtype change changes which library's kernels run, not just their bytes. Nothing in one profile
+says how fast the other library's kernels are; this times them on the device, on the shape and layout the
+step runs, so that the prediction of an AMP fix can price the step's batch norms in the new dtype.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from pygpuperf.core.timing import sample_seconds
+from pygpuperf.explain.model import KernelRecord
+
+BATCH_NORM = re.compile(r"batch_norm", re.I)
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 1e-1}  # of the fp32 reference's magnitude
+
+
+@dataclass
+class NormTiming:
+    """One batch norm (forward, and backward when training) per dtype, in µs, on `shape`."""
+
+    shape: list[int]
+    channels_last: bool
+    training: bool
+    us: dict[str, float] = field(default_factory=dict)  # by dtype key of DTYPES; a dtype that failed is absent
+
+    def ratio(self, to: str, frm: str) -> float | None:
+        """Time in dtype `to` over time in dtype `frm`, where both were measured."""
+        a, b = self.us.get(to), self.us.get(frm)
+        return a / b if a and b else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "channels_last": self.channels_last, "training": self.training,
+                "us": dict(self.us)}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "NormTiming":
+        return NormTiming([int(x) for x in d["shape"]], bool(d["channels_last"]), bool(d["training"]),
+                          {str(k): float(v) for k, v in d.get("us", {}).items()})
+
+
+def largest_norm(records: Sequence[KernelRecord]) -> tuple[list[int], bool] | None:
+    """(input shape, channels_last) of the forward batch norm the step spends most time in, or None."""
+    spent: dict[tuple[tuple[int, ...], bool], float] = {}
+    for r in records:
+        if r.phase not in ("forward", "other") or not BATCH_NORM.search(r.op or "") or "backward" in r.op:
+            continue
+        shape = r.input_shapes[0] if r.input_shapes else None
+        if not (isinstance(shape, list) and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape)):
+            continue
+        strides = r.input_strides[0] if r.input_strides else None
+        channels_last = isinstance(strides, list) and len(strides) == 4 and strides[1] == 1 and shape[1] > 1
+        key = (tuple(shape), channels_last)
+        spent[key] = spent.get(key, 0.0) + r.duration_us
+    if not spent:
+        return None
+    (shape, channels_last), _ = max(spent.items(), key=lambda kv: kv[1])
+    return list(shape), channels_last
+
+
+def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, device: torch.device | str,
+                    samples: int = 20) -> NormTiming:
+    """Median µs of F.batch_norm on random non-zero input of `shape` in each dtype (fp32 weights, as
+    autocast keeps them), forward and backward when `training`; a dtype whose result is off the fp32
+    reference by more than its tolerance, or that fails, is left out."""
+    device = torch.device(device)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    generator = torch.Generator(device=device).manual_seed(0)
+    base = (torch.rand(*shape, device=device, generator=generator) + 0.5).contiguous(memory_format=fmt)
+    channels = shape[1]
+    weight = torch.rand(channels, device=device, generator=generator) + 0.5
+    bias = torch.rand(channels, device=device, generator=generator) - 0.5
+    grad = (torch.rand(*shape, device=device, generator=generator) - 0.5).contiguous(memory_format=fmt)
+    timing = NormTiming(list(shape), channels_last, training)
+    reference = None
+    for key, dtype in DTYPES.items():
+        try:
+            x = base.to(dtype).requires_grad_(training)
+            g = grad.to(dtype)
+            mean, var = torch.zeros(channels, device=device), torch.ones(channels, device=device)
+
+            def run() -> torch.Tensor:
+                out = torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=training)
+                if training:
+                    out.backward(g)
+                return out
+
+            seconds = sample_seconds(run, device, 3, samples)
+            out = torch.full_like(x, float("nan"), requires_grad=False)  # poisoned, then the checked result
+            with torch.no_grad():
+                out.copy_(torch.nn.functional.batch_norm(x.detach(), mean.clone(), var.clone(), weight, bias,
+                                                         training=training))
+            result = out.float()
+            if reference is None:
+                reference = result
+            scale = reference.abs().mean().item() or 1.0
+            if not torch.isfinite(result).all() or (result - reference).abs().mean().item() > TOLERANCE[key] * scale:
+                continue
+            timing.us[key] = statistics.median(seconds) * 1e6
+        except (RuntimeError, TypeError):  # a dtype this device or build cannot run
+            continue
+    return timing
