@@ -38,6 +38,9 @@ def _repredicted(path: Path, model) -> dict[str, float | None]:
 def rows(path: Path, model=None) -> list[dict]:
     doc = json.loads(path.read_text(encoding="utf-8"))
     workload = doc.get("settings", {}).get("workload") or path.parent.name
+    given = path.parent.name.split("_--try-fixes")[0]  # device_fixes.sh names each folder by its arguments
+    if given.startswith(workload + "_--"):  # a configuration of the workload: say which
+        workload = workload + " " + given[len(workload) + 1:].replace("_", " ")
     cv = ((doc.get("throughput") or {}).get("step_us") or {}).get("cv") or 0.0
     again = _repredicted(path, model) if model is not None else {}
     out = []
@@ -82,12 +85,15 @@ def main() -> int:
                        f"{r['predicted_ms']:9.2f} predicted, {'right' if r['right'] else 'wrong'}"
                        + (f" ({100 * r['error_share_of_change']:.0f}% of the change)" if r["measurable"] else
                           " (no measurable change)"))
-            print(f"{r['workload']:28s} {r['fix']:18s} {r['baseline_ms']:8.2f} -> {r['measured_ms']:8.2f} ms measured, "
+            print(f"{r['workload']:40s} {r['fix']:18s} {r['baseline_ms']:8.2f} -> {r['measured_ms']:8.2f} ms measured, "
                   + verdict)
         else:
-            print(f"{r['workload']:28s} {r['fix']:18s} {r['status']}: {r['reason'][:90]}")
+            print(f"{r['workload']:40s} {r['fix']:18s} {r['status']}: {r['reason'][:90]}")
     scored = [r for r in table if r.get("predicted_ms") is not None and "right" in r]
     measurable = [r for r in scored if r["measurable"]]
+    for fix in sorted({r["fix"] for r in measurable}):
+        of = [r for r in measurable if r["fix"] == fix]
+        print(f"  {fix}: {sum(r['right'] for r in of)} of {len(of)} measurable changes within 25 %")
     print(f"{len(scored)} fix x workload pairs with a prediction, {sum(r['right'] for r in scored)} right; "
           f"{len(measurable)} with a change beyond the noise, {sum(r['right'] for r in measurable)} of those within "
           "25 % of the measured change")
