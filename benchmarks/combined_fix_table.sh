@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The predicted-vs-measured table of every --try-fixes run on the H200 kept under results/, re-predicted by
+# the current kernel model (the measurements are as recorded): the latest run of each workload configuration.
+#   bash benchmarks/combined_fix_table.sh OUT.json > OUT.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+R=benchmarks/results/nvidia-h200_2026-12-01
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for run in fixes2 fixes4 fixes5 fixes6 fixes7 fixes8; do
+  mkdir -p "$work/$run" && tar -xzf "${R}_$run.tar.gz" -C "$work/$run"
+done
+profiles=()
+add() { for p in "$@"; do [ -f "$p" ] && profiles+=("$p"); done; }
+# fixes4 re-ran two of fixes2's configurations (with the baseline timed again), fixes8 three of fixes7's.
+add "$work"/fixes2/*/fixes/{resnet50-train_--try-fixes,bert-base-squad-train_--try-fixes,resnet50-train_--memory-format_nchw,benchmarks_heldout}*/explain.json
+add "$work"/fixes4/*/fixes/*/explain.json "$work"/fixes5/fixes/*/explain.json "$work"/fixes6/fixes/*/explain.json
+for p in "$work"/fixes7/fixes/*/explain.json; do
+  case "$p" in *resnet50-train-amp_--try*|*resnet50-train-bf16_*|*resnet50-infer-amp_*) ;; *) add "$p" ;; esac
+done
+add "$work"/fixes8/fixes/*/explain.json
+python3 benchmarks/fix_table.py "${1:?OUT.json}" "${profiles[@]}" --machine-model "${R}_machine-model_results.json"
