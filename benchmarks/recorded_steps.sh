@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The predicted-vs-measured table of every --try-fixes run on the H200 kept under results/, re-predicted by
-# the current kernel model (the measurements are as recorded): the latest run of each workload configuration.
-#   bash benchmarks/combined_fix_table.sh OUT.json > OUT.txt
+# The H200 steps explained with --try-fixes kept under results/ (the latest run of each workload
+# configuration), explained again by the current code: the predicted-vs-measured table of every fix (the
+# measurements are as recorded) and the named-cause coverage of every step.
+#   bash benchmarks/recorded_steps.sh OUTDIR   ->  OUTDIR/fix_table.{json,txt}, OUTDIR/cause_coverage.{json,txt}
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=benchmarks/results/nvidia-h200_2026-12-01
@@ -19,4 +20,11 @@ for p in "$work"/fixes7/fixes/*/explain.json; do
   case "$p" in *resnet50-train-amp_--try*|*resnet50-train-bf16_*|*resnet50-infer-amp_*) ;; *) add "$p" ;; esac
 done
 add "$work"/fixes8/fixes/*/explain.json
-python3 benchmarks/fix_table.py "${1:?OUT.json}" "${profiles[@]}" --machine-model "${R}_machine-model_results.json"
+out="${1:?OUTDIR}"
+mkdir -p "$out"
+python3 benchmarks/fix_table.py "$out/fix_table.json" "${profiles[@]}" --machine-model "${R}_machine-model_results.json" \
+  >"$out/fix_table.txt"
+python3 benchmarks/cause_coverage.py "$out/cause_coverage.json" "${profiles[@]}" \
+  --machine-model "${R}_machine-model_results.json" >"$out/cause_coverage.txt"
+tail -1 "$out/fix_table.txt"
+tail -1 "$out/cause_coverage.txt"

@@ -1,0 +1,76 @@
+"""Named-cause coverage of recorded explain.json files, explained again by the current code.
+
+    python benchmarks/cause_coverage.py OUT.json EXPLAIN.json [...] --machine-model RESULTS.json
+
+For each step: the share of its wall time held by the ideal, a named cause or an idle cause (goal >= 95 %),
+the share in kernels no rule bounds (goal < 2 %), and the findings or cause advice that name a mechanism
+the step does not use (goal 0): channels_last without a convolution; cuDNN, tensor cores, CUDA or the
+GPU on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from pygpuperf.analyze.kernel_time import card_terms
+from pygpuperf.core import documents
+from pygpuperf.explain import attribution, explainer, findings
+from pygpuperf.explain.classify import has_convolutions
+from pygpuperf.explain.compare import load_explanation
+from pygpuperf.explain.words import PART_OTHER, kind_of, CPU
+
+_NOT_ON_CPU = re.compile(r"cuDNN|tensor core|CUDA|GPU", re.I)
+
+
+def foreign_mechanisms(texts: list[str], convolutions: bool, cpu: bool) -> list[str]:
+    """The texts that advise a mechanism the step does not have."""
+    out = []
+    for text in texts:
+        if not convolutions and "channels_last" in text:
+            out.append(text)
+        elif cpu and _NOT_ON_CPU.search(text):
+            out.append(text)
+    return out
+
+
+def row(path: Path, model) -> dict:
+    e = load_explanation(path)
+    records, line = e.median.kernels, e.median.timeline
+    explainer.bytes_from_traced_calls(records, e.calls, card_terms(model).fixed_us)
+    attribution.assign_bounds(records, model, e.calls)
+    e.median.waterfall = attribution.waterfall(records, line, model, e.calls)
+    found = findings.explain_findings(e, e.settings, model)
+    wall = line.wall_us
+    rest = sum(split["rest_us"] for split in e.causes.by_part.values())
+    texts = [f.title + " " + f.suggestion for f in found] + [c.title + " " + c.advice for c in e.causes.items]
+    foreign = foreign_mechanisms(texts, has_convolutions(records), kind_of(e.device) == CPU)
+    return {"step": path.parent.name, "workload": e.settings.get("workload", ""), "wall_ms": wall / 1e3,
+            "named_share": 1 - rest / wall if wall else None,
+            "no_rule_share": e.median.waterfall.parts.get(PART_OTHER, 0.0) / wall if wall else None,
+            "foreign_mechanisms": [t[:200] for t in foreign]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("explains", type=Path, nargs="+")
+    parser.add_argument("--machine-model", type=Path, required=True)
+    args = parser.parse_args()
+    model = documents.load_results(args.machine_model).machine_model
+    rows = [row(p, model) for p in args.explains]
+    args.out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    for r in rows:
+        print(f"{r['step'][:60]:62s} named {100 * r['named_share']:5.1f}%  no rule {100 * r['no_rule_share']:4.1f}%  "
+              f"foreign advice {len(r['foreign_mechanisms'])}")
+    named = [r["named_share"] for r in rows]
+    print(f"{len(rows)} steps: named {100 * min(named):.1f}-{100 * max(named):.1f}%, no rule at most "
+          f"{100 * max(r['no_rule_share'] for r in rows):.1f}%, "
+          f"{sum(len(r['foreign_mechanisms']) for r in rows)} findings naming a mechanism the step does not use")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
