@@ -339,29 +339,31 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
     if model is not None:
         found_causes = causes.step_causes(records, timeline, model, explanation.calls, settings, explanation.device)
         explanation.causes = found_causes
-    found = [
-        _self_check(step, kind),
-        _coverage(explanation, kind),
-        _layout(records, shares, times, wall, settings, kind),
-        _idle(timeline, wall, settings) if gpu else None,
-        _sync(timeline, wall) if gpu else None,
-        _fp32_math(records, shares, wall, settings, model) if gpu else None,
-        _acc32_half_rate(records, shares, wall, model) if gpu else None,
-        _memory_bound(records, shares, model, kind),
-        _cudnn_benchmark(records, shares, wall, settings) if gpu else None,
-        _memory(explanation, settings, model),
+    # Each finding with the cause ids (prefixes) it already speaks for: their fixes are attached to it.
+    built: list[tuple[Finding | None, tuple[str, ...]]] = [
+        (_self_check(step, kind), ()),
+        (_coverage(explanation, kind), ()),
+        (_layout(records, shares, times, wall, settings, kind), (LAYOUT_CAUSES,)),
+        (_idle(timeline, wall, settings) if gpu else None, ("host_bound", "launch_gaps")),
+        (_sync(timeline, wall) if gpu else None, ()),
+        (_fp32_math(records, shares, wall, settings, model) if gpu else None, ("precision.fp32_no_tf32",)),
+        (_acc32_half_rate(records, shares, wall, model) if gpu else None, ()),
+        (_memory_bound(records, shares, model, kind), ()),
+        (_cudnn_benchmark(records, shares, wall, settings) if gpu else None, ()),
+        (_memory(explanation, settings, model), ()),
     ]
-    if found_causes is not None:
+    pairs = [(f, covers) for f, covers in built if f is not None]
+    if found_causes is None:
+        found = [f for f, _ in pairs]
+    else:
         trials: dict[str, Any] = {}
         for t in explanation.fixes:
             trials.setdefault(t.name, t)  # the first trial of a name, as the fix list reads
-        found = _with_causes([f for f in found if f is not None], found_causes, kind, trials)
-    return sorted((f for f in found if f is not None), key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
+        found = _with_causes(pairs, found_causes, kind, trials)
+    return sorted(found, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
 
 
-# Causes the findings above already speak for (their fixes are attached to those findings instead).
-_COVERED = {"layout": "layout.", "idles waiting on the host": ("host_bound", "launch_gaps"),
-            "without TF32": ("precision.fp32_no_tf32",)}
+LAYOUT_CAUSES = "layout."  # the layout finding names each of these causes with its advice
 # A cause of its own becomes a finding above this share of the step.
 CAUSE_SHARE = 0.02
 
@@ -388,26 +390,19 @@ def _measured_words(fix: causes.Fix, trials: Mapping[str, Any]) -> str:
     return f" --try-fixes {trial.what}: {trial.status} ({trial.reason})."
 
 
-def _covered(finding: Finding, cause: causes.Cause) -> bool:
-    title = finding.title.lower()
-    for words_in_title, ids in _COVERED.items():
-        if words_in_title.lower() in title:
-            prefixes = (ids,) if isinstance(ids, str) else ids
-            if any(cause.id.startswith(p) for p in prefixes):
-                return True
-    return False
-
-
-def _with_causes(found: list[Finding], step_causes: causes.Causes, kind: str,
+def _with_causes(found: list[tuple[Finding, tuple[str, ...]]], step_causes: causes.Causes, kind: str,
                  trials: Mapping[str, Any]) -> list[Finding]:
-    """The findings with their causes' predicted fixes attached, and a finding for each other cause that matters."""
+    """The findings with the predicted fixes of the causes each covers attached, and a finding for each other
+    cause that matters."""
     out = []
-    for f in found:
-        mine = [c for c in step_causes.items if _covered(f, c)]
+    covered: set[str] = set()
+    for f, covers in found:
+        mine = [c for c in step_causes.items if c.id.startswith(covers)] if covers else []
+        covered.update(c.id for c in mine)
         if mine:
             f.evidence["causes"] = [{"id": c.id, "us": c.us, "share": c.share, "advice": c.advice,
                                      "fix": _fix_evidence(c.fix, trials)} for c in mine]
-            if f.title.lower().startswith("layout") and len(mine) >= 1:
+            if LAYOUT_CAUSES in covers:
                 f.suggestion = " ".join(f"[{c.id.split('.', 1)[1].replace('_', ' ')}: {c.us / 1e3:.2f} ms] {c.advice}"
                                         for c in mine)
             fixes = [c.fix for c in mine if c.fix is not None]
@@ -417,7 +412,7 @@ def _with_causes(found: list[Finding], step_causes: causes.Causes, kind: str,
                 f.suggestion += f" {best.words()}." + _measured_words(best, trials)
         out.append(f)
     for c in step_causes.items:
-        if c.share < CAUSE_SHARE or any(_covered(f, c) for f in found) or c.id in ("sync", "cpu.framework"):
+        if c.share < CAUSE_SHARE or c.id in covered or c.id in ("sync", "cpu.framework"):
             continue
         evidence = {"cause": c.id, "part": c.part, "us": c.us, "share": c.share, **c.evidence,
                     "fix": _fix_evidence(c.fix, trials)}
