@@ -368,7 +368,7 @@ def save_figure(fig: Figure, *paths: Path) -> list[Path]:
     return written
 
 
-def save_and_inline(fig: Figure, prefix: str, *paths: Path) -> tuple[list[Path], str]:
+def save_and_inline(fig: Figure, prefix: str, *paths: Path, bare: bool = False) -> tuple[list[Path], str]:
     """One drawing, written to each path (PNG or SVG by its suffix) and returned as inline <svg>
     markup (see inline_svg): the SVG is rendered once in memory, and its files and the page get that
     same text. Closes the figure."""
@@ -384,12 +384,12 @@ def save_and_inline(fig: Figure, prefix: str, *paths: Path) -> tuple[list[Path],
             written.append(path)
     finally:
         plt.close(fig)
-    return written, inline_svg(buffer.getvalue(), prefix)
+    return written, inline_svg(buffer.getvalue(), prefix, bare)
 
 
-def svg_markup(fig: Figure, prefix: str) -> str:
+def svg_markup(fig: Figure, prefix: str, bare: bool = False) -> str:
     """The figure as an <svg> element to inline in HTML (see inline_svg). Closes the figure."""
-    return save_and_inline(fig, prefix)[1]
+    return save_and_inline(fig, prefix, bare=bare)[1]
 
 
 def drawn(style: str, build: Callable[[], Figure | None], *paths: Path) -> tuple[list[Path], str | None]:
@@ -400,12 +400,17 @@ def drawn(style: str, build: Callable[[], Figure | None], *paths: Path) -> tuple
         return ([], None) if fig is None else save_and_inline(fig, style, *paths)
 
 
-def inline_svg(text: str, prefix: str) -> str:
+def inline_svg(text: str, prefix: str, bare: bool = False) -> str:
     """A matplotlib SVG file's text as an element for an HTML page: no XML prolog or doctype, no fixed
     size (it scales with the page), and the numbered group ids (figure_1, axes_1, ...) prefixed so that
-    several charts on one page do not repeat ids."""
+    several charts on one page do not repeat ids. `bare`: no metadata and no namespace declarations
+    either (an HTML parser needs neither, and the page then names no address at all; the markup is then
+    HTML, no longer XML)."""
     text = text[text.index("<svg"):]
     text = re.sub(r'(<svg\b[^>]*?)\s+width="[^"]*"\s+height="[^"]*"', r"\1", text, count=1)
+    if bare:
+        text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+        text = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text)
     return re.sub(r'\bid="([A-Za-z][\w.]*_\d+)"', rf'id="{prefix}-\1"', text)
 
 

@@ -10,9 +10,7 @@ once, each output written once), so the achieved GB/s and the intensities are es
 
 from __future__ import annotations
 
-import io
 import math
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -31,8 +29,8 @@ from pygpuperf.explain import attribution, words  # noqa: E402
 from pygpuperf.explain.model import Explanation  # noqa: E402
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY,  # noqa: E402
                                      MEMORY_BOUND, OTHER, TENSOR_GEMM, KernelRecord)
-from pygpuperf.report.chart import (ChartPoint, chart_style, inline_svg, plain, roofline_figure,  # noqa: E402
-                                    save_figure)
+from pygpuperf.report.chart import (ChartPoint, chart_style, plain, roofline_figure, save_and_inline,  # noqa: E402
+                                    save_figure, svg_markup)
 from pygpuperf.core.results import MachineModel, Results  # noqa: E402
 
 # Kernel class -> colour: the tensor and CUDA-core classes take their roofs' colours, memory-bound
@@ -263,7 +261,7 @@ def waterfall_chart(explanation: Explanation, path: Path, device: str | None = N
 def waterfall_svg(explanation: Explanation, device: str | None = None) -> str:
     """The waterfall as inline <svg> markup for a page."""
     with chart_style("explain-waterfall"):
-        return page_svg(waterfall_figure(explanation, device), "explain-waterfall")
+        return svg_markup(waterfall_figure(explanation, device), "explain-waterfall", bare=True)
 
 
 # --------------------------------------------------------------------------- kernels on the roofline
@@ -399,7 +397,7 @@ def explain_roofline_svg(results: Results | MachineModel, explanation: Explanati
     """The kernel roofline as inline <svg> markup, or None with no roof to draw."""
     with chart_style("explain-roofline"):
         fig = explain_roofline_figure(_as_results(results), explanation, top, by)
-        return None if fig is None else page_svg(fig, "explain-roofline")
+        return None if fig is None else svg_markup(fig, "explain-roofline", bare=True)
 
 
 def explain_charts(explanation: Explanation, out_dir: Path, results: Results | MachineModel | None = None,
@@ -419,41 +417,13 @@ def draw_explain_charts(explanation: Explanation, out_dir: Path, results: Result
     device = machine.device_name() if machine is not None else None
     pages: dict[str, str | None] = {"waterfall": None, "roofline": None}
     with chart_style("explain-waterfall"):
-        written, pages["waterfall"] = _files_and_page(waterfall_figure(explanation, device), "explain-waterfall",
-                                                      [out_dir / f"waterfall.{f}" for f in formats])
+        written, pages["waterfall"] = save_and_inline(waterfall_figure(explanation, device), "explain-waterfall",
+                                                      *[out_dir / f"waterfall.{f}" for f in formats], bare=True)
     if machine is not None:
         with chart_style("explain-roofline"):
             fig = explain_roofline_figure(machine, explanation)
             if fig is not None:
-                files, pages["roofline"] = _files_and_page(fig, "explain-roofline",
-                                                           [out_dir / f"kernel_roofline.{f}" for f in formats])
+                files, pages["roofline"] = save_and_inline(fig, "explain-roofline",
+                                                           *[out_dir / f"kernel_roofline.{f}" for f in formats], bare=True)
                 written += files
     return written, pages
-
-
-def _files_and_page(fig: Figure, prefix: str, paths: Sequence[Path]) -> tuple[list[Path], str]:
-    """The figure written to each path (as save_figure writes it), then as page markup (page_svg)."""
-    written = []
-    try:
-        for path in map(Path, paths):
-            fig.savefig(path, metadata={"Date": None} if path.suffix.lower() == ".svg" else None)
-            written.append(path)
-    except BaseException:
-        plt.close(fig)
-        raise
-    return written, page_svg(fig, prefix)
-
-
-# --------------------------------------------------------------------------- SVG for a page
-
-
-def page_svg(fig: Figure, prefix: str) -> str:
-    """The figure as an <svg> element for an HTML page (chart.inline_svg), with no metadata and no
-    namespace declarations: an HTML parser needs neither, and the page then names no address at all.
-    Closes the figure."""
-    buffer = io.StringIO()
-    try:
-        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
-    finally:
-        plt.close(fig)
-    return re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", inline_svg(buffer.getvalue(), prefix))
