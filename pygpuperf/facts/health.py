@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from pygpuperf.facts import links, nvml
-from pygpuperf.facts.nvml import query as _query, text as _text
+from pygpuperf.facts.nvml import constant as _constant, query as _query, text as _text
 
 # NVLink error counters by the nvidia-ml-py constant of each, under neutral names.
 _LINK_COUNTERS = (("NVML_NVLINK_ERROR_DL_REPLAY", "replay"), ("NVML_NVLINK_ERROR_DL_RECOVERY", "recovery"),
@@ -64,11 +64,6 @@ def _count(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _constant(n, name: str) -> Any:
-    value = getattr(n, name, None)
-    return value[0] if isinstance(value, tuple) else value
-
-
 def _ecc(n, h) -> dict[str, int | None]:
     out = {}
     for scope, counter in (("volatile", "NVML_VOLATILE_ECC"), ("aggregate", "NVML_AGGREGATE_ECC")):
@@ -100,13 +95,9 @@ def _remapping(n, h) -> dict[str, Any]:
 def _gpu_links(n, h) -> dict[str, Any]:
     total = active = 0
     errors: dict[str, int] = {}
-    enabled = _constant(n, "NVML_FEATURE_ENABLED")
-    for link in range(getattr(n, "NVML_NVLINK_MAX_LINKS", 18)):
-        state = _query(getattr(n, "nvmlDeviceGetNvLinkState", None), h, link)
-        if state is None:  # no such link
-            continue
+    for link, up in links.each_link(n, h):
         total += 1
-        if state != enabled:
+        if not up:
             continue
         active += 1
         for constant, name in _LINK_COUNTERS:

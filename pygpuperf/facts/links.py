@@ -28,12 +28,12 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from pygpuperf.facts import nvml
-from pygpuperf.facts.nvml import query as _query, text as _text
+from pygpuperf.facts.nvml import constant as _constant, query as _query, text as _text
 
 # Payload rate per lane and direction (GB/s) by PCIe generation, after line encoding:
 # 8b/10b for Gen1-2 (2.5, 5 GT/s), 128b/130b for Gen3-5 (8, 16, 32 GT/s), and for Gen6
@@ -71,10 +71,14 @@ _P2P_CAPS = (("read", "NVML_P2P_CAPS_INDEX_READ"), ("write", "NVML_P2P_CAPS_INDE
              ("nvlink", "NVML_P2P_CAPS_INDEX_NVLINK"), ("atomics", "NVML_P2P_CAPS_INDEX_ATOMICS"))
 
 
-def _constant(nvml, name: str) -> Any:
-    """An NVML constant as nvidia-ml-py exports it; some releases spell one as a 1-tuple, e.g. (0,)."""
-    value = getattr(nvml, name)
-    return value[0] if isinstance(value, tuple) else value
+def each_link(n, h) -> Iterator[tuple[int, bool]]:
+    """(index, active) of each GPU-to-GPU link the device has."""
+    enabled = _constant(n, "NVML_FEATURE_ENABLED")
+    state_of = getattr(n, "nvmlDeviceGetNvLinkState", None)
+    for link in range(getattr(n, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = _query(state_of, h, link)
+        if state is not None:  # None: no such link (NVML answers "invalid argument" past the last one)
+            yield link, state == enabled
 
 
 def pcie_gbps(generation: int | None, width: int | None) -> float | None:
@@ -192,12 +196,9 @@ def _peer_links(nvml, h, compute_capability: str | None) -> PeerLinks | None:
     links = PeerLinks()
     versions: Counter[str] = Counter()
     remote_type = getattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
-    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
-        state = _query(nvml.nvmlDeviceGetNvLinkState, h, link)
-        if state is None:  # no such link (NVML answers "invalid argument" past the last one)
-            continue
+    for link, active in each_link(nvml, h):
         links.total += 1
-        if state != _constant(nvml, "NVML_FEATURE_ENABLED"):
+        if not active:
             links.down += 1
             continue
         links.active += 1

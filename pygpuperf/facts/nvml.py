@@ -80,6 +80,12 @@ def query(fn, *args, default=None):
         return default
 
 
+def constant(module, name: str) -> Any:
+    """An NVML constant as nvidia-ml-py exports it (some releases spell one as a 1-tuple, e.g. (0,)); None
+    where this release does not have it."""
+    value = getattr(module, name, None)
+    return value[0] if isinstance(value, tuple) else value
+
 
 def throttle_reason_names(mask: int) -> list[str]:
     return [name for bit, name in _THROTTLE_BITS.items() if mask & bit]
