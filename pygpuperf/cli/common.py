@@ -123,11 +123,13 @@ def add_folder_flags(p: argparse.ArgumentParser, default_help: str, resume: bool
                        help="continue the interrupted run in DIR: what it measured and verified is kept, the rest runs")
 
 
-def main_of(run: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
-    """Run a command; bad input ends as one line naming the fix and exit code 2."""
+def main_of(run: Callable[[list[str] | None], int], argv: list[str] | None = None, *, quiet: bool = False) -> None:
+    """Run a command; bad input ends as one line naming the fix (unless `quiet`: one process of several
+    that would all say it) and exit code 2."""
     try:
         code = run(argv)
     except UsageError as exc:
-        print(f"pygpuperf: error: {exc}", file=sys.stderr)
+        if not quiet:
+            print(f"pygpuperf: error: {exc}", file=sys.stderr)
         code = EXIT_USAGE
     sys.exit(code)

@@ -170,18 +170,17 @@ def _report(args: argparse.Namespace, doc: dict, written: list[Path], err: Conso
     return int(doc["verdict"]["exit_code"])
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Bad input: one line from rank 0 (every rank would say it) and exit code 2."""
+def _run_until_stopped(argv: list[str] | None) -> int:
     try:
-        code = run(argv)
-    except UsageError as exc:
-        if int(os.environ.get("RANK", "0") or 0) == 0:
-            print(f"pygpuperf: error: {exc}", file=sys.stderr)
-        code = cli.EXIT_USAGE
+        return run(argv)
     except KeyboardInterrupt as exc:  # stopped before any figure was measured: nothing to keep
         print(f"pygpuperf: {exc or 'interrupted'}", file=sys.stderr)
-        code = exit_code_of(exc)
-    sys.exit(code)
+        return exit_code_of(exc)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Bad input: one line from rank 0 (every rank would say it) and exit code 2."""
+    cli.main_of(_run_until_stopped, argv, quiet=int(os.environ.get("RANK", "0") or 0) != 0)
 
 
 if __name__ == "__main__":
