@@ -189,3 +189,21 @@ def test_an_amp_dtype_fix_prices_the_batch_norms_by_their_time_in_the_new_dtype(
     assert fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) < without  # back to cuDNN's
     e.norm_timing = NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0})  # bf16 failed its check
     assert fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) == pytest.approx(without)
+
+
+def test_a_batch_norm_timing_that_runs_out_of_memory_leaves_the_fixes_to_run(monkeypatch):
+    from pygpuperf.explain import norms
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(norms, "largest_norm", lambda records: ([8, 16, 4, 4], True))
+    e = _explanation()
+    e.settings["amp"] = "fp16"
+    target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 4, {}), lambda k: True, 4)
+    tried = []
+    monkeypatch.setattr(norms, "time_batch_norm", lambda *a, **k: tried.append(a) or out_of_memory())
+    # On a CUDA device (no kernel runs here: the build and the timing are stand-ins) the timing is tried.
+    trials = fixes.try_fixes(e, _model(), target, "cuda", only=["batch_size", "amp"], measure=_timed(150.0))
+    assert tried and e.norm_timing is None
+    assert {t.name: t.status for t in trials}["batch_size"] == "measured"

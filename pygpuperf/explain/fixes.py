@@ -307,7 +307,10 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
         found = norms.largest_norm(explanation.median.kernels)
         if found is not None:  # an AMP dtype fix changes which library runs them: time them in each dtype
             training = any(r.phase == "backward" for r in explanation.median.kernels)
-            explanation.norm_timing = norms.time_batch_norm(found[0], found[1], training, device)
+            try:
+                explanation.norm_timing = norms.time_batch_norm(found[0], found[1], training, device)
+            except RuntimeError:  # out of memory for the copies: the AMP fix is then priced without it
+                explanation.norm_timing = None
     trials = []
     for name, what, knobs in _candidates(explanation, target):
         if only and name not in only:
