@@ -12,7 +12,7 @@ for run in fixes2 fixes4 fixes5 fixes6 fixes7 fixes8; do
   mkdir -p "$work/$run" && tar -xzf "${R}_$run.tar.gz" -C "$work/$run"
 done
 profiles=()
-add() { for p in "$@"; do [ -f "$p" ] && profiles+=("$p"); done; }
+add() { for p in "$@"; do if [ -f "$p" ]; then profiles+=("$p"); fi; done; }
 # fixes4 re-ran two of fixes2's configurations (with the baseline timed again), fixes8 three of fixes7's.
 add "$work"/fixes2/*/fixes/{resnet50-train_--try-fixes,bert-base-squad-train_--try-fixes,resnet50-train_--memory-format_nchw,benchmarks_heldout}*/explain.json
 add "$work"/fixes4/*/fixes/*/explain.json "$work"/fixes5/fixes/*/explain.json "$work"/fixes6/fixes/*/explain.json

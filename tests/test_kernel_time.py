@@ -163,6 +163,9 @@ def test_at_twice_the_batch_activation_gemms_get_twice_the_tiles_and_weight_grad
     for record in (forward, grad_input, conv, bmm):
         before, after = output_tiles(record), output_tiles(at_batch(record, 2.0, weights))
         assert before and after == tuple(2 * t for t in before), record.op
+    # a forward GEMM whose output happens to have a weight's shape is still an activation GEMM
+    square = _gemm("aten::mm", [[hidden, hidden], [hidden, ffn]], "forward")
+    assert output_tiles(at_batch(square, 2.0, weights)) == tuple(2 * t for t in output_tiles(square))
     doubled = at_batch(grad_weight, 2.0, weights)
     assert output_tiles(doubled) == output_tiles(grad_weight)  # the output is the weight's shape
     assert doubled.input_shapes == [[hidden, 2 * tokens], [2 * tokens, ffn]]  # the batch is in K

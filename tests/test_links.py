@@ -290,3 +290,13 @@ def test_degraded_fabric_facts_lead_to_findings():
     assert any("2 of its 18 NVLinks down" in t for t in titles)
     assert any("P2P access is off between GPU 0 and GPU 1, which are joined by 16 NVLinks" in t for t in titles)
     assert any("20.0 of 400.0 GB/s" in t for t in titles)
+
+
+def test_without_the_switch_constant_no_link_is_taken_for_a_switch_link(monkeypatch):
+    # An nvidia-ml-py that can neither name a switch nor ask a link's far end: the links count, and none
+    # is put on the switch fabric (an unanswered query is not a switch).
+    monkeypatch.delattr(FakeNvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH")
+    monkeypatch.delattr(FakeNvml, "nvmlDeviceGetNvLinkRemoteDeviceType")
+    f = facts(h200_node())
+    peer = f["gpus"]["0"]["peer_links"]
+    assert (peer["total"], peer["active"], peer["to_switch"]) == (18, 18, 0)

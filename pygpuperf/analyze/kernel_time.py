@@ -9,9 +9,10 @@ probes on a measured card, or a datasheet fact on a datasheet card (stated as su
 * ``t_fixed``: a kernel's own duration when it does nothing (``latency.kernel.duration``, from
   the device's activity trace): launch ramp-up and tail drain; copies and fills the runtime issues
   (memcpy, memset) do not pay it. The gap between back-to-back
-  kernels (``latency.kernel.back_to_back`` minus that) is idle device time, kept apart.
+  kernels (``latency.kernel.back_to_back`` minus that) is idle device time, kept apart, and so is
+  the smaller gap between the kernels of a replayed CUDA graph (``latency.kernel.graph`` minus it).
 * ``P``: the precision's matrix or vector ceiling (:meth:`MachineModel.matrix_ceiling`), times the
-  wave efficiency of a tiled GEMM: ``tiles / (waves x units)`` with ``waves = ceil(tiles / units)``
+  wave efficiency of a tiled GEMM (on either units): ``tiles / (waves x units)`` with ``waves = ceil(tiles / units)``
   on a card of ``units`` multiprocessors. A 133-tile GEMM on 132 units runs two waves at 50 %;
   fewer tiles than units count as full (libraries split K to fill the card).
 * Memory, the hierarchical roofline: bytes served from each level come from :func:`reuse_traffic`,

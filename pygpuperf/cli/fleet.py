@@ -180,7 +180,7 @@ def _run_until_stopped(argv: list[str] | None) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Bad input: one line from rank 0 (every rank would say it) and exit code 2."""
-    cli.main_of(_run_until_stopped, argv, quiet=int(os.environ.get("RANK", "0") or 0) != 0)
+    cli.main_of(_run_until_stopped, argv, quiet=os.environ.get("RANK", "0").strip() not in ("", "0"))
 
 
 if __name__ == "__main__":

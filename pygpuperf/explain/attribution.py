@@ -132,7 +132,8 @@ def kernel_bound(record: KernelRecord, model: MachineModel, shares: Mapping[int,
     model's fixed cost plus the larger of its compute and memory terms (:mod:`pygpuperf.analyze.kernel_time`).
 
     The ceilings by class: tensor_gemm the matrix ceiling of its precision with the wave efficiency of its
-    tiles; vector_math the vector ceiling of its dtype; memory_bound and layout the memory hierarchy for bytes
+    tiles; vector_math the vector ceiling of its dtype (with its tiles' wave efficiency where it is a tiled
+    GEMM); memory_bound and layout the memory hierarchy for bytes
     (each level's traffic from the traced reuse, `shares`; without them, the last-level cache for what fits
     it) and the fp32 vector ceiling for FLOPs; memcpy_memset the same, or the link for a host copy, whose
     payload is half the copy's bytes (the copy counts it read and written); communication the collective's

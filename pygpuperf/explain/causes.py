@@ -296,7 +296,8 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
         if p.fixed_us > 0:
             take("small_kernels", i, p.fixed_us)
         # waves inside the ideal: the model prices them, so they are in the ideal, not above it
-        if r.kernel_class == TENSOR_GEMM and p.timing is not None and p.timing.wave_efficiency < WAVE_EFFICIENCY \
+        if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH) and p.timing is not None \
+                and p.timing.wave_efficiency < WAVE_EFFICIENCY \
                 and p.timing.compute_us >= p.timing.memory_us and r.duration_us > 0:
             lost = p.timing.compute_us * (1 - p.timing.wave_efficiency) * (exclusive[i] / r.duration_us)
             take("waves.partial_wave", i, min(lost, p.ideal_us), efficiency=round(p.timing.wave_efficiency, 3))
@@ -496,8 +497,9 @@ def _nchw_norm_saving(records: Sequence[KernelRecord], exclusive: Sequence[float
 def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence[float],
                             calls: Sequence[CallAccesses], pricing: _Pricing) -> tuple[float, dict[str, Any]]:
     """What one fused optimizer kernel buys over the step's per-op (foreach or per-tensor) update: it reads
-    each parameter, gradient and state once and writes each once (the distinct storages the update's traced
-    calls touch), priced by the kernel model at the efficiency the update's own kernels reach."""
+    each parameter, gradient and state once and writes each once (the storages the update's traced calls
+    read before writing them; what the update creates and reads back, a fused kernel keeps in registers),
+    priced by the kernel model at the efficiency the update's own kernels reach."""
     idx = [i for i, r in enumerate(records) if r.phase == "optimizer" and r.duration_us > 0
            and not (r.op or "").startswith("aten::_fused")]
     traced = {r.call for r in (records[i] for i in idx) if r.call is not None}
@@ -505,19 +507,24 @@ def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence
         return 0.0, {}
     read: dict[int, int] = {}
     written: dict[int, int] = {}
-    for call in calls:
-        if call.index in traced:
-            for a in call.accesses:
-                side = written if a.write else read
-                side[a.storage] = max(side.get(a.storage, 0), a.nbytes)
-    traffic = float(sum(read.values()) + sum(written.values()))
-    spent = sum(records[i].duration_us for i in idx)
-    bounds = [attribution.kernel_timing(records[i], pricing.model, pricing.shares, pricing.terms) for i in idx]
-    bounded = sum(t.total_us for t in bounds if t is not None)
+    created: set[int] = set()
+    for call in sorted((c for c in calls if c.index in traced), key=lambda c: c.index):
+        for a in call.accesses:
+            if a.write:
+                if a.storage not in read:
+                    created.add(a.storage)
+                written[a.storage] = max(written.get(a.storage, 0), a.nbytes)
+            elif a.storage not in created:
+                read[a.storage] = max(read.get(a.storage, 0), a.nbytes)
+    traffic = float(sum(read.values()) + sum(b for s, b in written.items() if s not in created))
+    timed = [(i, t) for i in idx if (t := attribution.kernel_timing(records[i], pricing.model, pricing.shares,
+                                                                     pricing.terms)) is not None]
+    spent = sum(records[i].duration_us for i, _ in timed)
+    bounded = sum(t.total_us for _, t in timed)
     if traffic <= 0 or bounded <= 0:
         return 0.0, {}
     one = kernel_time(KernelWork(MEMORY, "fp32", 0.0, traffic), pricing.model, pricing.terms)
-    fused_us = one.total_us * spent / bounded if bounded < spent else one.total_us
+    fused_us = one.total_us * max(spent / bounded, 1.0)
     saves = max(sum(exclusive[i] for i in idx) - fused_us, 0.0)
     return saves, {"fused_traffic_bytes": traffic, "fused_us": round(fused_us, 1), "update_kernels": len(idx)}
 

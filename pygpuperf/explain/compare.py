@@ -80,7 +80,7 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
                        [CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))])
 
 
-def _with_fixes(explanation: Explanation, doc: Mapping[str, Any]) -> Explanation:
+def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanation:
     from pygpuperf.explain.fixes import trial_from_dict
 
     explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
@@ -100,7 +100,7 @@ def load_explanation(path: str | Path) -> Explanation:
     if path.is_dir():
         path = path / "explain.json"
     doc = documents.load_document(path, "explain", "explain.json")
-    return _with_fixes(explanation_from_json(doc), doc)
+    return _with_trials(explanation_from_json(doc), doc)
 
 
 # --------------------------------------------------------------------------- comparison

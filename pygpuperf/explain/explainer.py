@@ -64,16 +64,26 @@ def _cost_records(step: trace.StepTrace, fixed_us: float = 0.0) -> dict[str, flo
 
 def bytes_from_traced_calls(records: Sequence[KernelRecord], calls: Sequence[CallAccesses],
                             fixed_us: float = 0.0) -> int:
-    """Give a data-moving kernel whose op's shapes the profiler did not record (a long tensor list of a
-    _foreach_ op arrives as empty shapes) the bytes its traced call read and wrote, split among the call's
-    kernels as :func:`attribution.distribute_op_costs` splits them (in place). Returns how many kernels."""
+    """Give the data-moving kernels of a traced call whose op's shapes the profiler did not record (a long
+    tensor list of a _foreach_ op arrives as empty shapes: every kernel of the call has no bytes) the bytes
+    the call read and wrote, split among them as :func:`attribution.distribute_op_costs` splits an op's
+    (in place). Returns how many kernels."""
     by_index = {c.index: c for c in calls}
-    filled = [r for r in records if r.bytes <= 0 and r.flops <= 0 and r.call in by_index and r.op
-              and r.kernel_class in (MEMORY_BOUND, LAYOUT)]
-    for r in filled:
-        r.bytes = float(sum(a.nbytes for a in by_index[r.call].accesses))
-    attribution.distribute_op_costs(filled, fixed_us=fixed_us)
-    return len(filled)
+    of_call: dict[int, list[KernelRecord]] = {}
+    for r in records:
+        if r.call in by_index and r.op:
+            of_call.setdefault(r.call, []).append(r)
+    filled = 0
+    for call, kernels in of_call.items():
+        if any(r.bytes > 0 or r.flops > 0 for r in kernels) or not all(
+                r.kernel_class in (MEMORY_BOUND, LAYOUT) for r in kernels):
+            continue  # the call was costed from its shapes, or it does math
+        total = float(sum(a.nbytes for a in by_index[call].accesses))
+        for r in kernels:
+            r.bytes = total
+        attribution.distribute_op_costs(kernels, group_key=lambda r: r.call, fixed_us=fixed_us)
+        filled += len(kernels)
+    return filled
 
 
 def explain_captured(captured: trace.CapturedSteps, model: MachineModel,

@@ -155,8 +155,10 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         records = explanation.median.kernels
         pricing = causes._Pricing(model, attribution.reuse_shares(explanation.calls, model),
                                   attribution.bound_terms(records, model))
-        saves, _ = causes._fused_optimizer_saving(records, attribution.exclusive_times(records), explanation.calls,
-                                                  pricing)
+        saves, evidence = causes._fused_optimizer_saving(records, attribution.exclusive_times(records),
+                                                         explanation.calls, pricing)
+        if evidence and found is not None:  # the graph's gap is not paid by the kernels fusion removes
+            saves += (evidence["update_kernels"] - 1) * pricing.terms.graph_gap_us
         found = (found if found is not None else explanation.median.timeline.wall_us) - saves
     change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
     if found is None and change is not None:  # no cause named it: price the change itself
@@ -303,23 +305,17 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     base_us = baseline.step_us.median if baseline is not None else explanation.median.timeline.wall_us
     base_samples = baseline.samples_per_step if baseline is not None else None
     predicted = _predictions(explanation)
-    if device.type == "cuda" and (not only or "amp" in only) and explanation.norm_timing is None:
-        found = norms.largest_norm(explanation.median.kernels)
-        if found is not None:  # an AMP dtype fix changes which library runs them: time them in each dtype
-            training = any(r.phase == "backward" for r in explanation.median.kernels)
-            try:
-                explanation.norm_timing = norms.time_batch_norm(found[0], found[1], training, device)
-            except RuntimeError:  # out of memory for the copies: the AMP fix is then priced without it
-                explanation.norm_timing = None
     trials = []
     for name, what, knobs in _candidates(explanation, target):
         if only and name not in only:
             continue
         trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
                          baseline_samples_per_step=base_samples)
+        waiver = _waiver(name, knobs, explanation, target, device)
+        if name == "amp" and waiver is None and device.type == "cuda":
+            _time_norms(explanation, device)
         trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted,
                                                  graph_fuses_optimizer=graph_fuses_optimizer(target))
-        waiver = _waiver(name, knobs, explanation, target, device)
         if waiver is not None:
             trial.reason = waiver
             trials.append(trial)
@@ -350,6 +346,19 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
         for t in trials:
             t.baseline_after_step_us = again
     return trials
+
+
+def _time_norms(explanation: Explanation, device: torch.device) -> None:
+    """An AMP dtype fix changes which library runs the step's batch norms: time its largest in each dtype
+    (Explanation.norm_timing), once."""
+    found = norms.largest_norm(explanation.median.kernels) if explanation.norm_timing is None else None
+    if found is None:
+        return
+    training = any(r.phase == "backward" for r in explanation.median.kernels)
+    try:
+        explanation.norm_timing = norms.time_batch_norm(found[0], found[1], training, device)
+    except RuntimeError:  # out of memory for its tensors: the AMP fix is then priced without it
+        explanation.norm_timing = None
 
 
 def _baseline_again(target: Target, device: torch.device, measure: Callable[..., Throughput]) -> float | None:

@@ -68,11 +68,19 @@ def largest_norm(records: Sequence[KernelRecord]) -> tuple[list[int], bool] | No
     return list(shape), channels_last
 
 
+def _close(value: torch.Tensor | None, reference: torch.Tensor, tolerance: float) -> bool:
+    """Finite, and within `tolerance` of the reference's mean magnitude on average."""
+    if value is None or not torch.isfinite(value).all():
+        return False
+    scale = reference.abs().mean().item() or 1.0
+    return (value - reference).abs().mean().item() <= tolerance * scale
+
+
 def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, device: torch.device | str,
                     samples: int = 20) -> NormTiming:
     """Median µs of F.batch_norm on random non-zero input of `shape` in each dtype (fp32 weights, as
-    autocast keeps them), forward and backward when `training`; a dtype whose result is off the fp32
-    reference by more than its tolerance, or that fails, is left out."""
+    autocast keeps them), forward and backward when `training`; a dtype whose output (or input gradient)
+    is off the fp32 reference by more than its tolerance, or that fails, is left out."""
     device = torch.device(device)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     generator = torch.Generator(device=device).manual_seed(0)
@@ -82,29 +90,28 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
     bias = torch.rand(channels, device=device, generator=generator) - 0.5
     grad = (torch.rand(*shape, device=device, generator=generator) - 0.5).contiguous(memory_format=fmt)
     timing = NormTiming(list(shape), channels_last, training)
-    reference = None
+    reference: tuple[torch.Tensor, torch.Tensor | None] | None = None
     for key, dtype in DTYPES.items():
         try:
-            x = base.to(dtype).requires_grad_(training)
+            # A leaf of its own per dtype (a cast of a shared leaf would time the cast's backward too), and
+            # gradients returned rather than accumulated: what a training step's batch norm runs.
+            x = base.to(dtype, copy=True).requires_grad_(training)
             g = grad.to(dtype)
+            w, b = weight.clone().requires_grad_(training), bias.clone().requires_grad_(training)
             mean, var = torch.zeros(channels, device=device), torch.ones(channels, device=device)
 
-            def run() -> torch.Tensor:
-                out = torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=training)
-                if training:
-                    out.backward(g)
-                return out
+            def run() -> tuple[torch.Tensor, torch.Tensor | None]:
+                out = torch.nn.functional.batch_norm(x, mean, var, w, b, training=training)
+                if not training:
+                    return out, None
+                return out, torch.autograd.grad(out, (x, w, b), g)[0]
 
             seconds = sample_seconds(run, device, 3, samples)
-            out = torch.full_like(x, float("nan"), requires_grad=False)  # poisoned, then the checked result
-            with torch.no_grad():
-                out.copy_(torch.nn.functional.batch_norm(x.detach(), mean.clone(), var.clone(), weight, bias,
-                                                         training=training))
-            result = out.float()
+            out, dx = run()
+            result = (out.detach().float(), None if dx is None else dx.float())
             if reference is None:
                 reference = result
-            scale = reference.abs().mean().item() or 1.0
-            if not torch.isfinite(result).all() or (result - reference).abs().mean().item() > TOLERANCE[key] * scale:
+            if not all(_close(r, ref, TOLERANCE[key]) for r, ref in zip(result, reference) if ref is not None):
                 continue
             timing.us[key] = statistics.median(seconds) * 1e6
         except (RuntimeError, TypeError):  # a dtype this device or build cannot run

@@ -135,7 +135,7 @@ def at_batch(record: KernelRecord, scale: float, weights: set[tuple[int, int]]) 
 
     op = record.op
     if op == "aten::mm" and len(dims) >= 2 and dims[0] and dims[1]:
-        if (dims[0][0], dims[1][-1]) in weights:  # a weight gradient: the batch is the reduced K
+        if record.phase == "backward" and (dims[0][0], dims[1][-1]) in weights:  # a weight gradient: batch in K
             scale_dim(0, 1)
             scale_dim(1, 0)
         else:

@@ -196,6 +196,7 @@ def _peer_links(nvml, h, compute_capability: str | None) -> PeerLinks | None:
     links = PeerLinks()
     versions: Counter[str] = Counter()
     remote_type = getattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
+    switch = _constant(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH")  # None: this nvidia-ml-py cannot tell
     for link, active in each_link(nvml, h):
         links.total += 1
         if not active:
@@ -206,7 +207,7 @@ def _peer_links(nvml, h, compute_capability: str | None) -> PeerLinks | None:
         if code in NVLINK_VERSIONS:
             versions[NVLINK_VERSIONS[code]] += 1
         # On switch fabrics (HGX boards) every link ends on a switch, whose PCI id NVML gives as FFFFFFFF:FF:FF.0.
-        if _query(remote_type, h, link) == _constant(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH"):
+        if switch is not None and _query(remote_type, h, link) == switch:
             links.to_switch += 1
             continue
         remote = _query(nvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
@@ -241,10 +242,11 @@ def _pair(nvml, a: GpuLinks, ha, b: GpuLinks, hb) -> PairLink:
     # Two GPUs on one switch fabric reach each other over all their switch links, the fewer of the two.
     fabric = min(pa.to_switch, pb.to_switch) if pa and pb else 0
     links = direct + fabric
-    words = {_constant(nvml, constant): text for constant, text in _P2P_STATUS}
+    words = {code: text for constant, text in _P2P_STATUS if (code := _constant(nvml, constant)) is not None}
     status = {cap: words.get(code, f"status {code}") for cap, index in _P2P_CAPS
-              if (code := _query(getattr(nvml, "nvmlDeviceGetP2PStatus", None), ha, hb,
-                                 _constant(nvml, index))) is not None}
+              if _constant(nvml, index) is not None
+              and (code := _query(getattr(nvml, "nvmlDeviceGetP2PStatus", None), ha, hb,
+                                  _constant(nvml, index))) is not None}
     ancestor = _query(getattr(nvml, "nvmlDeviceGetTopologyCommonAncestor", None), ha, hb)
     if links:
         via = "direct and switch" if direct and fabric else ("direct" if direct else "switch")

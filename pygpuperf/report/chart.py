@@ -370,8 +370,8 @@ def save_figure(fig: Figure, *paths: Path) -> list[Path]:
 
 def save_and_inline(fig: Figure, prefix: str, *paths: Path, bare: bool = False) -> tuple[list[Path], str]:
     """One drawing, written to each path (PNG or SVG by its suffix) and returned as inline <svg>
-    markup (see inline_svg): the SVG is rendered once in memory, and its files and the page get that
-    same text. Closes the figure."""
+    markup (see inline_svg, `bare`): the SVG is rendered once in memory; its files get that text and the
+    page the markup made from it. Closes the figure."""
     written = []
     buffer = io.StringIO()
     try:
