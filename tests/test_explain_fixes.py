@@ -67,7 +67,7 @@ def test_batch_fix_is_predicted_by_the_kernel_model():
     assert trial.speedup == (150.0 / 4) / (200.0 / 8)
 
 
-def test_at_twice_the_batch_a_memory_kernel_keeps_its_ramp_and_the_rest_of_its_time_doubles():
+def test_at_twice_the_batch_a_kernel_keeps_its_ramp_and_the_rest_of_its_time_doubles():
     from pygpuperf.core.results import LinkFit
 
     model = _model()
@@ -86,6 +86,9 @@ def test_at_twice_the_batch_a_memory_kernel_keeps_its_ramp_and_the_rest_of_its_t
     strided = fixes.predicted_at_batch(step_of(500.0), model, 2.0)  # far below its bound: it nearly doubles
     assert strided == pytest.approx(30.0 + 2 * 470.0)
     assert strided / 500.0 > 1.9 > streaming / 85.0
+    # a GEMM keeps the same ramp: its first and last tiles do not grow with its work either
+    e = _explanation()  # 10 us of work at 1 TFLOP/s, 100 us measured
+    assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(150.0 - 100.0 + 30.0 + 2 * 70.0)
 
 
 def test_try_fixes_on_a_cpu_user_step_end_to_end(tmp_path):
