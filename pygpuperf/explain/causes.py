@@ -122,6 +122,11 @@ class _Pricing:
     shares: dict[int, dict[str, float]]
     terms: Any
 
+    @staticmethod
+    def of(records: Sequence[KernelRecord], calls: Sequence[CallAccesses], model: MachineModel) -> "_Pricing":
+        """The step's pricing on `model`: its traced reuse and the bound terms of its kernels."""
+        return _Pricing(model, attribution.reuse_shares(calls, model), attribution.bound_terms(records, model))
+
     def reprice(self, record: KernelRecord, changed: KernelRecord, cap: bool = True, resized: bool = False) -> float:
         """The record's duration once it runs as `changed`: the model's new time times its measured residual.
         `resized` (the same kernel on more or less data): the kernel's ramp stays as it was rather than growing
@@ -272,8 +277,8 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     gpu = kind == words.GPU
     wall = timeline.wall_us
     exclusive = attribution.exclusive_times(records)
-    terms = attribution.bound_terms(records, model)
-    pricing = _Pricing(model, attribution.reuse_shares(calls, model), terms)
+    pricing = _Pricing.of(records, calls, model)
+    terms = pricing.terms
     parts = attribution.kernel_parts(records, model, shares=pricing.shares, terms=terms)
     units = card_terms(model).units
     convolutions = has_convolutions(records)

@@ -100,8 +100,7 @@ def _predicted_by(explanation: Explanation, model: MachineModel,
     records = explanation.median.kernels
     if not records:
         return None
-    pricing = causes._Pricing(model, attribution.reuse_shares(explanation.calls, model),
-                              attribution.bound_terms(records, model))
+    pricing = causes._Pricing.of(records, explanation.calls, model)
     delta = 0.0
     for r, share in zip(records, attribution.exclusive_times(records)):
         changed = change(r) if r.duration_us > 0 else None
@@ -153,8 +152,7 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         "compile" if name.startswith("compile") else name)
     if name == "cuda_graphs" and graph_fuses_optimizer:
         records = explanation.median.kernels
-        pricing = causes._Pricing(model, attribution.reuse_shares(explanation.calls, model),
-                                  attribution.bound_terms(records, model))
+        pricing = causes._Pricing.of(records, explanation.calls, model)
         saves, evidence = causes._fused_optimizer_saving(records, attribution.exclusive_times(records),
                                                          explanation.calls, pricing)
         if evidence and found is not None:  # the graph's gap is not paid by the kernels fusion removes
