@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, costs, tiles, words
-from pygpuperf.explain.classify import MATMUL_OPS, has_convolutions, is_matrix_vector
+from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convolutions, is_matrix_vector
 from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, KernelRecord,
                                      Timeline)
 from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_FALLBACK, PART_FIXED, PART_LAYOUT,
@@ -421,7 +421,6 @@ def _modules(records: Sequence[KernelRecord], idx: Sequence[int]) -> list[str]:
     return seen[:5]
 
 
-_BATCH_NORM = re.compile(r"batch_norm", re.I)
 _NOT_STREAMING = re.compile(r"norm|pool|conv", re.I)  # kernels whose NCHW form has its own access pattern
 
 
@@ -452,7 +451,7 @@ def _amp_traffic_saving(records: Sequence[KernelRecord], exclusive: Sequence[flo
         base = costs.base_name(r.op or "")
         if r.kernel_class != MEMORY_BOUND or r.precision != "fp32" or r.phase not in ("forward", "backward") \
                 or r.duration_us <= 0 or base in _AUTOCAST_FP32 \
-                or (r.phase == "forward" and base in _AUTOCAST_FP32_FORWARD) or _BATCH_NORM.search(base) \
+                or (r.phase == "forward" and base in _AUTOCAST_FP32_FORWARD) or BATCH_NORM_OPS.search(base) \
                 or (efficiency and _bound(parts[i]) / r.duration_us < ACCESS_BOUND * efficiency):
             continue
         new[i] = pricing.reprice(r, dataclasses.replace(r, bytes=r.bytes / 2))
@@ -490,7 +489,7 @@ def _nchw_norm_saving(records: Sequence[KernelRecord], exclusive: Sequence[float
     contiguously, so each is priced as its traffic (two passes when training) at the streaming efficiency of
     the step's own elementwise kernels; NCHW's strided per-channel reductions run far below it."""
     efficiency = _streaming_efficiency(records, parts)
-    norms = [i for i in _memory_kernels(records, parts) if _BATCH_NORM.search(records[i].op or "")]
+    norms = [i for i in _memory_kernels(records, parts) if BATCH_NORM_OPS.search(records[i].op or "")]
     if not norms or not efficiency:
         return 0.0, {}
     training = any(r.phase == "backward" for r in records)

@@ -71,6 +71,7 @@ _MATH_OPS = re.compile(
     r"_native_multi_head_attention|_cudnn_rnn\w*|mkldnn_rnn_layer\w*|lstm|gru|rnn_tanh|rnn_relu)$"
 )
 _CONV_OPS = re.compile(r"conv", re.I)
+BATCH_NORM_OPS = re.compile(r"batch_norm", re.I)  # cudnn_batch_norm, native_batch_norm and their backward
 # Ops that exist to change a tensor's memory layout; any copy they launch is a layout change.
 _LAYOUT_OPS = re.compile(r"^aten::(?:contiguous|permute_copy|transpose_copy|_nnpack_\w+)$")
 

@@ -19,7 +19,7 @@ import torch
 
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, causes, explainer, norms, tiles, words
-from pygpuperf.explain.classify import MATMUL_OPS
+from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
 
@@ -176,7 +176,7 @@ def _norms_in_new_dtype(explanation: Explanation, knobs: Mapping[str, str]) -> f
         return 0.0
     records = explanation.median.kernels
     spent = sum(share for r, share in zip(records, attribution.exclusive_times(records))
-                if norms.BATCH_NORM.search(r.op or ""))
+                if BATCH_NORM_OPS.search(r.op or ""))
     return spent * (ratio - 1.0)
 
 

@@ -9,7 +9,6 @@ step runs, so that the prediction of an AMP fix can price the step's batch norms
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,9 +17,9 @@ from typing import Any
 import torch
 
 from pygpuperf.core.timing import sample_seconds
+from pygpuperf.explain.classify import BATCH_NORM_OPS
 from pygpuperf.explain.model import KernelRecord
 
-BATCH_NORM = re.compile(r"batch_norm", re.I)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 1e-1}  # of the fp32 reference's magnitude
 
@@ -53,7 +52,7 @@ def largest_norm(records: Sequence[KernelRecord]) -> tuple[list[int], bool] | No
     """(input shape, channels_last) of the forward batch norm the step spends most time in, or None."""
     spent: dict[tuple[tuple[int, ...], bool], float] = {}
     for r in records:
-        if r.phase not in ("forward", "other") or not BATCH_NORM.search(r.op or "") or "backward" in r.op:
+        if r.phase not in ("forward", "other") or not BATCH_NORM_OPS.search(r.op or "") or "backward" in r.op:
             continue
         shape = r.input_shapes[0] if r.input_shapes else None
         if not (isinstance(shape, list) and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape)):
