@@ -332,7 +332,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
         elif p.part == PART_MEMORY:
             if i in chain_of:
                 take("unfused_chain", i, p.over_us)
-            elif r.op in MATMUL_OPS and is_matrix_vector(r):
+            elif is_matrix_vector(r):
                 take("shape.gemv", i, p.over_us)
             elif r.phase == "optimizer" and not r.op.startswith("aten::_fused"):
                 take("optimizer.unfused", i, p.over_us)

@@ -29,6 +29,7 @@ _TILE_PATTERNS = (
     re.compile(r"gemm_(?:[a-z]+\d*_)?(\d+)x(\d+)_(?:\d+x\d+_)?(?:nn|nt|tn|tt)"),
 )
 _SPLIT_K = re.compile(r"split_?k", re.IGNORECASE)
+CONVOLUTION_FORWARD = ("aten::cudnn_convolution", "aten::convolution", "aten::_convolution")  # (image, weight, ...)
 
 
 def tile_shape(name: str) -> tuple[int, int] | None:
@@ -83,7 +84,7 @@ def output_shape(record: KernelRecord) -> tuple[int, int, int] | None:
         a, b = (dims[first], dims[first + 1]) if len(dims) > first + 1 else (None, None)
         if a and b and len(a) == len(b) == 3:
             return a[0], a[1], b[2]
-    if op in ("aten::cudnn_convolution", "aten::convolution", "aten::_convolution") and len(dims) >= 2:
+    if op in CONVOLUTION_FORWARD and len(dims) >= 2:
         if dims[0] and dims[1]:
             out = _conv_output(record, dims[0], dims[1])
             return (1, *out) if out else None
@@ -146,7 +147,7 @@ def at_batch(record: KernelRecord, scale: float, weights: set[tuple[int, int]]) 
         first = 0 if op == "aten::bmm" else 1
         scale_dim(first, 0)
         scale_dim(first + 1, 0)
-    elif op in ("aten::cudnn_convolution", "aten::convolution", "aten::_convolution"):
+    elif op in CONVOLUTION_FORWARD:
         scale_dim(0, 0)
     elif op == "aten::convolution_backward":
         scale_dim(0, 0)
