@@ -15,9 +15,8 @@ import json
 import re
 from pathlib import Path
 
-from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.core import documents
-from pygpuperf.explain import attribution, explainer, findings
+from pygpuperf.explain import explainer
 from pygpuperf.explain.classify import has_convolutions
 from pygpuperf.explain.compare import load_explanation
 from pygpuperf.explain.words import PART_OTHER, kind_of, CPU
@@ -39,10 +38,7 @@ def foreign_mechanisms(texts: list[str], convolutions: bool, cpu: bool) -> list[
 def row(path: Path, model) -> dict:
     e = load_explanation(path)
     records, line = e.median.kernels, e.median.timeline
-    explainer.bytes_from_traced_calls(records, e.calls, card_terms(model).fixed_us)
-    attribution.assign_bounds(records, model, e.calls)
-    e.median.waterfall = attribution.waterfall(records, line, model, e.calls)
-    found = findings.explain_findings(e, e.settings, model)
+    found = explainer.explain_again(e, model)
     wall = line.wall_us
     rest = sum(split["rest_us"] for split in e.causes.by_part.values())
     texts = [f.title + " " + f.suggestion for f in found] + [c.title + " " + c.advice for c in e.causes.items]

@@ -18,17 +18,14 @@ import json
 from pathlib import Path
 
 from pygpuperf.core import documents
-from pygpuperf.analyze.kernel_time import card_terms
-from pygpuperf.explain import attribution, explainer, findings, fixes
+from pygpuperf.explain import explainer, fixes
 from pygpuperf.explain.compare import load_explanation
 from pygpuperf.workloads import WORKLOADS
 
 
 def _repredicted(path: Path, model) -> dict[str, float | None]:
     e = load_explanation(path)
-    explainer.bytes_from_traced_calls(e.median.kernels, e.calls, card_terms(model).fixed_us)  # as explain does now
-    attribution.assign_bounds(e.median.kernels, model, e.calls)
-    findings.explain_findings(e, e.settings, model)  # sets the causes and their fixes
+    explainer.explain_again(e, model)  # sets the causes and their fixes
     samples = e.throughput.samples_per_step if e.throughput else None
     built_in = e.settings.get("workload") in WORKLOADS  # its own graph build fuses the optimizer
     return {f.name: fixes.predicted_step(e, model, f.name, f.knobs, samples, graph_fuses_optimizer=built_in)
@@ -44,14 +41,16 @@ def rows(path: Path, model=None) -> list[dict]:
     cv = ((doc.get("throughput") or {}).get("step_us") or {}).get("cv") or 0.0
     again = _repredicted(path, model) if model is not None else {}
     out = []
-    measured_fixes = [f for f in doc.get("fixes") or [] if f["status"] == "measured"]
-    for fix in doc.get("fixes") or []:
+    trials = doc.get("fixes") or []
+    measured_count, position = sum(f["status"] == "measured" for f in trials), 0
+    for fix in trials:
         row = {"workload": workload, "fix": fix["name"], "status": fix["status"], "reason": fix.get("reason", "")}
         base, measured = fix.get("baseline_step_us"), fix.get("measured_step_us")
         after, drift, moved = fix.get("baseline_after_step_us"), 0.0, 1.0
-        if base and after and fix in measured_fixes:
+        position += fix["status"] == "measured"  # its place among the measured fixes, in the order they ran
+        if base and after and fix["status"] == "measured":
             drift = abs(after - base)
-            interpolated = base + (after - base) * (measured_fixes.index(fix) + 1) / (len(measured_fixes) + 1)
+            interpolated = base + (after - base) * position / (measured_count + 1)
             base, moved = interpolated, interpolated / base
         predicted = again.get(fix["name"], fix.get("predicted_step_us")) if model is not None else fix.get("predicted_step_us")
         predicted = predicted * moved if predicted is not None else None  # the prediction moves with the card

@@ -20,7 +20,7 @@ from pygpuperf.facts import nvml
 from pygpuperf.explain import accesses, attribution, costs, timeline, trace, words
 from pygpuperf.explain.model import (LAYOUT, MEMORY_BOUND, CallAccesses, ExplainedStep, Explanation, KernelRecord,
                                      Throughput)
-from pygpuperf.core.results import MachineModel, Stats
+from pygpuperf.core.results import Finding, MachineModel, Stats
 
 
 def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, samples_per_step: int,
@@ -121,6 +121,19 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
 
     explanation.findings = findings.explain_findings(explanation, explanation.settings, model)
     return explanation
+
+
+def explain_again(explanation: Explanation, model: MachineModel) -> list[Finding]:
+    """A recorded explanation's median step costed, bounded and explained again on `model` by the current code
+    (as :func:`explain_captured` does a captured one): its bytes, bounds, waterfall, causes and findings."""
+    from pygpuperf.explain import findings
+
+    step = explanation.median
+    bytes_from_traced_calls(step.kernels, explanation.calls, card_terms(model).fixed_us)
+    attribution.assign_bounds(step.kernels, model, explanation.calls)
+    step.waterfall = attribution.waterfall(step.kernels, step.timeline, model, explanation.calls)
+    explanation.findings = findings.explain_findings(explanation, explanation.settings, model)
+    return explanation.findings
 
 
 def quick_machine_model(device: torch.device | str) -> MachineModel:
