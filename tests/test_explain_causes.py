@@ -330,3 +330,13 @@ def test_kernels_whose_shapes_the_profiler_dropped_take_their_bytes_from_the_tra
     # a call costed from its shapes keeps its split, even where a short helper kernel got no bytes
     costed = [k("memory_bound", 50.0, "aten::add", nbytes=900.0, call=0), k("layout", 2.0, "aten::add", call=0)]
     assert explainer.bytes_from_traced_calls(costed, calls) == 0 and costed[1].bytes == 0.0
+
+
+def test_a_recorded_step_explained_again_gets_bounds_causes_and_findings_from_the_current_model():
+    records = [k("tensor_gemm", 100, "aten::mm", "fp16.acc32", 1e9, 1e6), k("memory_bound", 50, nbytes=1e8)]
+    e = explanation(records)
+    assert all(r.bound_us is None for r in records) and e.causes is None
+    found = explainer.explain_again(e, gpu_model())
+    assert all(r.bound_us is not None and r.bound_us > 0 for r in records)
+    assert e.causes is not None and e.findings is found
+    assert e.median.waterfall.ideal_us == pytest.approx(sum(r.bound_us for r in records))
