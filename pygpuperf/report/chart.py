@@ -387,17 +387,13 @@ def save_and_inline(fig: Figure, prefix: str, *paths: Path, bare: bool = False) 
     return written, inline_svg(buffer.getvalue(), prefix, bare)
 
 
-def svg_markup(fig: Figure, prefix: str, bare: bool = False) -> str:
-    """The figure as an <svg> element to inline in HTML (see inline_svg). Closes the figure."""
-    return save_and_inline(fig, prefix, bare=bare)[1]
-
-
-def drawn(style: str, build: Callable[[], Figure | None], *paths: Path) -> tuple[list[Path], str | None]:
+def drawn(style: str, build: Callable[[], Figure | None], *paths: Path,
+          bare: bool = False) -> tuple[list[Path], str | None]:
     """The figure `build` makes under chart style `style`, written to `paths` and returned as page markup
     (save_and_inline, the style naming its SVG ids too); ([], None) when there is nothing to draw."""
     with chart_style(style):
         fig = build()
-        return ([], None) if fig is None else save_and_inline(fig, style, *paths)
+        return ([], None) if fig is None else save_and_inline(fig, style, *paths, bare=bare)
 
 
 def inline_svg(text: str, prefix: str, bare: bool = False) -> str:

@@ -29,8 +29,8 @@ from pygpuperf.explain import attribution, words  # noqa: E402
 from pygpuperf.explain.model import Explanation  # noqa: E402
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY,  # noqa: E402
                                      MEMORY_BOUND, OTHER, TENSOR_GEMM, KernelRecord)
-from pygpuperf.report.chart import (ChartPoint, chart_style, plain, roofline_figure, save_and_inline,  # noqa: E402
-                                    save_figure, svg_markup)
+from pygpuperf.report.chart import (ChartPoint, chart_style, drawn, plain, roofline_figure,  # noqa: E402
+                                    save_figure)
 from pygpuperf.core.results import MachineModel, Results  # noqa: E402
 
 # Kernel class -> colour: the tensor and CUDA-core classes take their roofs' colours, memory-bound
@@ -260,8 +260,7 @@ def waterfall_chart(explanation: Explanation, path: Path, device: str | None = N
 
 def waterfall_svg(explanation: Explanation, device: str | None = None) -> str:
     """The waterfall as inline <svg> markup for a page."""
-    with chart_style("explain-waterfall"):
-        return svg_markup(waterfall_figure(explanation, device), "explain-waterfall", bare=True)
+    return drawn("explain-waterfall", lambda: waterfall_figure(explanation, device), bare=True)[1]
 
 
 # --------------------------------------------------------------------------- kernels on the roofline
@@ -395,9 +394,8 @@ def explain_roofline(results: Results | MachineModel, explanation: Explanation, 
 def explain_roofline_svg(results: Results | MachineModel, explanation: Explanation, top: int | None = None,
                          by: str = "op") -> str | None:
     """The kernel roofline as inline <svg> markup, or None with no roof to draw."""
-    with chart_style("explain-roofline"):
-        fig = explain_roofline_figure(_as_results(results), explanation, top, by)
-        return None if fig is None else svg_markup(fig, "explain-roofline", bare=True)
+    return drawn("explain-roofline", lambda: explain_roofline_figure(_as_results(results), explanation, top, by),
+                 bare=True)[1]
 
 
 def explain_charts(explanation: Explanation, out_dir: Path, results: Results | MachineModel | None = None,
@@ -416,14 +414,10 @@ def draw_explain_charts(explanation: Explanation, out_dir: Path, results: Result
     machine = None if results is None else _as_results(results)
     device = machine.device_name() if machine is not None else None
     pages: dict[str, str | None] = {"waterfall": None, "roofline": None}
-    with chart_style("explain-waterfall"):
-        written, pages["waterfall"] = save_and_inline(waterfall_figure(explanation, device), "explain-waterfall",
-                                                      *[out_dir / f"waterfall.{f}" for f in formats], bare=True)
+    written, pages["waterfall"] = drawn("explain-waterfall", lambda: waterfall_figure(explanation, device),
+                                        *[out_dir / f"waterfall.{f}" for f in formats], bare=True)
     if machine is not None:
-        with chart_style("explain-roofline"):
-            fig = explain_roofline_figure(machine, explanation)
-            if fig is not None:
-                files, pages["roofline"] = save_and_inline(fig, "explain-roofline",
-                                                           *[out_dir / f"kernel_roofline.{f}" for f in formats], bare=True)
-                written += files
+        files, pages["roofline"] = drawn("explain-roofline", lambda: explain_roofline_figure(machine, explanation),
+                                         *[out_dir / f"kernel_roofline.{f}" for f in formats], bare=True)
+        written += files
     return written, pages

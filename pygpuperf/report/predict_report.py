@@ -19,7 +19,7 @@ from pygpuperf.core import documents  # noqa: E402
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED  # noqa: E402
 from pygpuperf.predict import Prediction, prediction_documents  # noqa: E402
 from pygpuperf.report import templating  # noqa: E402
-from pygpuperf.report.chart import chart_style, save_and_inline, svg_markup  # noqa: E402
+from pygpuperf.report.chart import drawn  # noqa: E402
 from pygpuperf.report.explain_charts import CLASS_COLORS  # noqa: E402
 
 _IDLE_COLORS = {IDLE_HOST: "#8c96a3", IDLE_LAUNCH: "#aab3bd", IDLE_SYNC: "#c8ced5", UNEXPLAINED: "#e0e0e0"}
@@ -85,8 +85,7 @@ def prediction_view(predictions: Sequence[Prediction | Mapping[str, Any]], svg: 
     else drawn here). `document` names the file they came from when the section sits on another page."""
     docs = _documents(predictions)
     if svg is None:
-        with chart_style("prediction"):
-            svg = svg_markup(prediction_figure(docs), "prediction")
+        svg = drawn("prediction", lambda: prediction_figure(docs))[1]
     targets = [{**d, "changes": sorted((c for c in d["waterfall"] if c["delta_ms"]), key=lambda c: -abs(c["delta_ms"]))}
                for d in docs]
     return {"source": docs[0]["source"], "source_throughput": docs[0]["source_throughput_per_s"],
@@ -115,9 +114,7 @@ def draw_prediction_report(predictions: Sequence[Prediction], prices: dict[str, 
     data = out / "prediction.json"
     docs = prediction_documents(predictions, prices)
     documents.write_document(data, docs, "prediction", "prediction.json")
-    with chart_style("prediction"):
-        written, svg = save_and_inline(prediction_figure(docs), "prediction", out / "prediction.png",
-                                       out / "prediction.svg")
+    written, svg = drawn("prediction", lambda: prediction_figure(docs), out / "prediction.png", out / "prediction.svg")
     page = out / "prediction.html"
     page.write_text(prediction_html(docs, svg), encoding="utf-8")
     return [data, *written, page], docs, svg
