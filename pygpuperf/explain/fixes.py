@@ -11,9 +11,10 @@ as they were after every fix (:func:`pygpuperf.workloads.knobs.flag_state`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -318,26 +319,25 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
             trial.reason = waiver
             trials.append(trial)
             continue
-        before = knob_specs.flag_state()
         user_flags = {k: knob_specs.TF32.parse(v) for k, v in knobs.items() if k in FLAG_KNOBS} \
             if target.user_code else {}
-        restore = knob_specs.set_global_flags(**user_flags) if user_flags else (lambda: None)
-        try:
-            built, step, samples = _apply(name, knobs, target, device)
-            with built:
-                timed = measure(step, device, samples)
-            trial.status, trial.measured_step_us, trial.samples_per_step = "measured", timed.step_us.median, samples
-            trial.notes = list(getattr(built, "notes", []) or [])
-            waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
-            if name == "cuda_graphs" and waived.startswith("waived"):
-                trial.status, trial.reason = "waived", waived.removeprefix("waived").lstrip(": ")
-        except Exception as exc:  # a failing fix is a result, not a crash
-            trial.status, trial.reason = "failed", f"{type(exc).__name__}: {_one_line(exc)}"
-        finally:
-            restore()
-            if knob_specs.flag_state() != before:  # a step left a flag changed: put it back
-                knob_specs.restore_flag_state(before)
-                trial.notes.append("a global torch flag was left changed and has been restored")
+        with _flags_kept() as restored:
+            restore = knob_specs.set_global_flags(**user_flags) if user_flags else (lambda: None)
+            try:
+                built, step, samples = _apply(name, knobs, target, device)
+                with built:
+                    timed = measure(step, device, samples)
+                trial.status, trial.measured_step_us, trial.samples_per_step = "measured", timed.step_us.median, samples
+                trial.notes = list(getattr(built, "notes", []) or [])
+                waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
+                if name == "cuda_graphs" and waived.startswith("waived"):
+                    trial.status, trial.reason = "waived", waived.removeprefix("waived").lstrip(": ")
+            except Exception as exc:  # a failing fix is a result, not a crash
+                trial.status, trial.reason = "failed", f"{type(exc).__name__}: {_one_line(exc)}"
+            finally:
+                restore()
+        if restored:  # a step left a flag changed: it has been put back
+            trial.notes.append("a global torch flag was left changed and has been restored")
         trials.append(trial)
     if any(t.status == "measured" for t in trials):
         again = _baseline_again(target, device, measure)
@@ -362,15 +362,27 @@ def _time_norms(explanation: Explanation, device: torch.device) -> None:
 def _baseline_again(target: Target, device: torch.device, measure: Callable[..., Throughput]) -> float | None:
     """The step as given, built and timed once more after the fixes (None when that fails: the fixes stand);
     torch's flags are left as they were."""
+    with _flags_kept():
+        try:
+            built, step, samples = _apply("", {}, target, device)
+            with built:
+                return measure(step, device, samples).step_us.median
+        except Exception:  # noqa: BLE001 - the drift is a check on the fixes, not a result of its own
+            return None
+
+
+@contextlib.contextmanager
+def _flags_kept() -> Iterator[list[bool]]:
+    """torch's global flags put back as they were after the block, whatever a step did to them; the list it
+    gives holds True once they had to be."""
     before = knob_specs.flag_state()
+    restored: list[bool] = []
     try:
-        with target.build(target.batch_size, dict(target.knobs)) as built:
-            return measure(built.step, device, int(getattr(built, "samples_per_step", 1) or 1)).step_us.median
-    except Exception:  # noqa: BLE001 - the drift is a check on the fixes, not a result of its own
-        return None
+        yield restored
     finally:
         if knob_specs.flag_state() != before:
             knob_specs.restore_flag_state(before)
+            restored.append(True)
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
