@@ -931,6 +931,7 @@ def _cross_entropy(call: _Call) -> _Rule:
 _POINTWISE_LOSS_FLOPS = {"mse_loss": MSE_FLOPS, "binary_cross_entropy_with_logits": BCE_WITH_LOGITS_FLOPS,
                          "binary_cross_entropy": BCE_FLOPS, "smooth_l1_loss": SMOOTH_L1_FLOPS,
                          "huber_loss": SMOOTH_L1_FLOPS}
+_POINTWISE_LOSS_OPS = tuple(op for base in _POINTWISE_LOSS_FLOPS for op in (base, f"{base}_backward"))
 
 
 def _pointwise_loss(call: _Call) -> _Rule:
@@ -1341,7 +1342,7 @@ _HANDLERS: dict[str, Callable[[_Call], _Rule]] = {
     **dict.fromkeys(("nll_loss_forward", "nll_loss2d_forward", "nll_loss", "nll_loss_nd", "nll_loss2d"), _nll_loss),
     **dict.fromkeys(("nll_loss_backward", "nll_loss2d_backward"), _nll_loss_backward),
     "cross_entropy_loss": _cross_entropy,
-    **dict.fromkeys(("mse_loss", "mse_loss_backward", "binary_cross_entropy_with_logits"), _pointwise_loss),
+    **dict.fromkeys(_POINTWISE_LOSS_OPS, _pointwise_loss),
     "embedding": _embedding, "embedding_dense_backward": _embedding_backward,
     **dict.fromkeys(("max_pool1d", "max_pool2d", "max_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
                      "avg_pool1d", "avg_pool2d", "avg_pool3d"), _pool),
@@ -1365,8 +1366,6 @@ _HANDLERS: dict[str, Callable[[_Call], _Rule]] = {
     **dict.fromkeys(_RNN_LAYOUT, _rnn),
     **dict.fromkeys(("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"), _embedding_bag),
     **dict.fromkeys(("_embedding_bag_backward", "_embedding_bag_dense_backward"), _embedding_bag_backward),
-    **dict.fromkeys(("binary_cross_entropy", "binary_cross_entropy_backward", "smooth_l1_loss",
-                     "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward"), _pointwise_loss),
     **dict.fromkeys(("select_backward", "slice_backward"), _scatter_into),
     "index": _index, **dict.fromkeys(("index_put_", "_index_put_impl_", "index_put"), _index_put),
     **dict.fromkeys(("index_add_", "index_add", "scatter_add_", "scatter_add", "scatter", "scatter_"), _index_add),
