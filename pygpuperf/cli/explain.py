@@ -128,20 +128,14 @@ def _fix_names(text: str) -> list[str] | None:
     return names
 
 
-def _user_keywords(target: str) -> set[str] | None:
-    """The keywords make_step accepts (None: any, it takes **kwargs)."""
-    from pygpuperf.workloads import user
-
-    source = user.parse_step_spec(target)
-    return user.accepted_keywords(getattr(user._import_file(source.path), source.function))
-
-
 def _fix_target(args: argparse.Namespace, device: torch.device, knobs: dict[str, str], built) -> fixes.Target:
     """How --try-fixes rebuilds the step with a fix."""
     batch = args.batch_size or int(getattr(built, "samples_per_step", 0) or 0) or None
     build = lambda size, given: _build_with(args.target, device, size, dict(given))  # noqa: E731
     if _is_user_code(args.target):
-        accepted = _user_keywords(args.target)
+        from pygpuperf.workloads import user
+
+        accepted = user.step_keywords(args.target)
         user_build = lambda size, given: _build_with(  # noqa: E731
             args.target, device, size, {k: v for k, v in given.items() if k not in fixes.FLAG_KNOBS})
         return fixes.Target(user_build, lambda k: accepted is None or k in accepted, batch, dict(knobs), True)

@@ -113,6 +113,12 @@ def accepted_keywords(function: Callable[..., Any]) -> set[str] | None:
             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
 
 
+def step_keywords(spec: str | Path | StepSource) -> set[str] | None:
+    """The keywords the step function `spec` names accepts (None: any, it takes **kwargs)."""
+    source = parse_step_spec(spec)
+    return accepted_keywords(getattr(_import_file(source.path), source.function))
+
+
 def _accepted(function: Callable[..., Any], offered: Mapping[str, Any], source: StepSource) -> dict[str, Any]:
     """The offered keyword arguments the function's signature takes; UsageError for ones it needs and lacks."""
     named = accepted_keywords(function)
