@@ -30,10 +30,11 @@ build_extension() {
 # The main command as a user runs it, timed, with its phases (results.json's meta) in the log.
 time_main_command() {
   step "main command (default)"
-    local start; start=$(date +%s%N)
+  local start; start=$(date +%s%N)
   timeout "${1:-130}" python3 -m pygpuperf.roofline --out "$WORK/default" >"$OUT/default_stdout.txt" 2>&1
   echo "exit $?" >>"$OUT/default_stdout.txt"
   echo "main command wall $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$log"
+  [ -f "$WORK/default/results.json" ] || { echo "main command wrote no results.json" | tee -a "$log"; return; }
   cp "$WORK/default"/results.json "$OUT/default_results.json"
   python3 -c "import json; m=json.load(open('$WORK/default/results.json'))['meta']; print('suite_seconds', m.get('suite_seconds'), 'phases', m.get('phase_seconds'))" | tee -a "$log"
 }
