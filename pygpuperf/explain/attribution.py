@@ -315,13 +315,14 @@ class KernelPart:
 
 def kernel_parts(records: Sequence[KernelRecord], model: MachineModel, calls: Sequence[CallAccesses] = (),
                  shares: Mapping[int, Mapping[str, float]] | None = None,
-                 terms: CardTerms | None = None) -> list[KernelPart]:
-    """Each record's share of the waterfall (:func:`waterfall` adds these up), parallel to `records`. `shares`
-    and `terms` are reuse_shares(calls) and bound_terms(records) where the caller has them already."""
+                 terms: CardTerms | None = None, exclusive: Sequence[float] | None = None) -> list[KernelPart]:
+    """Each record's share of the waterfall (:func:`waterfall` adds these up), parallel to `records`. `shares`,
+    `terms` and `exclusive` are reuse_shares(calls), bound_terms(records) and exclusive_times(records) where
+    the caller has them already."""
     shares = reuse_shares(calls, model) if shares is None else shares
     terms = bound_terms(records, model) if terms is None else terms
     out = []
-    for record, share in zip(records, exclusive_times(records)):
+    for record, share in zip(records, exclusive_times(records) if exclusive is None else exclusive):
         if record.duration_us <= 0:
             out.append(KernelPart(PART_OTHER, 0.0, 0.0, 0.0, None))
             continue
@@ -346,9 +347,7 @@ def waterfall(records: Sequence[KernelRecord], timeline: Timeline, model: Machin
     """
     parts = dict.fromkeys(WATERFALL_PARTS, 0.0)
     ideal = 0.0
-    for record, p in zip(records, kernel_parts(records, model, calls)):
-        if record.duration_us <= 0:
-            continue
+    for p in kernel_parts(records, model, calls):  # a kernel of no duration has an empty part
         ideal += p.ideal_us
         parts[PART_FIXED] += p.fixed_us
         parts[p.part] += p.over_us

@@ -279,7 +279,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     exclusive = attribution.exclusive_times(records)
     pricing = _Pricing.of(records, calls, model)
     terms = pricing.terms
-    parts = attribution.kernel_parts(records, model, shares=pricing.shares, terms=terms)
+    parts = attribution.kernel_parts(records, model, shares=pricing.shares, terms=terms, exclusive=exclusive)
     units = card_terms(model).units
     convolutions = has_convolutions(records)
     taken: dict[str, dict[int, float]] = {}  # cause id -> kernel index -> µs of its part
