@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+import uuid
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -174,18 +175,17 @@ class Checkpoint:
     appended between writes (as the suite does); anything that changes one afterwards writes with
     :func:`write_checkpoint`."""
 
-    _SLOT = "pygpuperf:measurements"
-
     def __init__(self, out_dir: Path) -> None:
         self.path = out_dir / "results.json"
         self._texts: list[str] = []
+        self._slot = f"pygpuperf:measurements:{uuid.uuid4().hex}"  # no argv or name can hold it by chance
 
     def write(self, results: Results) -> Path:
         for m in results.measurements[len(self._texts):]:
             self._texts.append(json.dumps(measurement_dict(m), allow_nan=False))
         doc = results.to_dict(measurements=False)
-        doc["measurements"] = self._SLOT
-        text = json.dumps(doc, allow_nan=False).replace(json.dumps(self._SLOT), "[" + ",".join(self._texts) + "]", 1)
+        doc["measurements"] = self._slot
+        text = json.dumps(doc, allow_nan=False).replace(json.dumps(self._slot), "[" + ",".join(self._texts) + "]", 1)
         atomic_write(self.path, text)
         return self.path
 
@@ -202,7 +202,7 @@ def write_checkpoint(results: Results, out_dir: Path) -> Path:
 def _finite(value: Any) -> Any:
     """`value` as plain JSON in one pass: every NaN or infinity as null (JSON has no spelling for them),
     tuples as lists, keys and anything else JSON cannot hold as strings."""
-    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+    if value is None or isinstance(value, (str, int)):  # bool is an int
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
