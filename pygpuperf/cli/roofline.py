@@ -40,8 +40,9 @@ from pygpuperf.core.results import Finding, Measurement, Results
 from pygpuperf.report import explained
 
 DOCUMENT = "results.json"
-# The default suite: a sweep point (one of a curve's many) takes 10 samples, and a run of over 50 ms only the
-# samples that fit 1 s; --full, --quick and --samples take theirs for every probe.
+# The default suite: a sweep point (one of a curve's many) takes 10 samples, and a probe run from Python (the
+# native kernels time their own samples) whose run takes over 50 ms only the samples that fit 1 s; --full,
+# --quick and --samples take theirs for every probe.
 DEFAULT_SWEEP_SAMPLES = 10
 DEFAULT_SAMPLE_BUDGET_S = 1.0
 _IMPORTED = time.monotonic()  # the setup phase runs from here (imports before it: torch's own)
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="datasheet cards to predict the explained model on (e.g. a100-sxm4-80gb rtx3090), "
                         "into explain/ and report.html")
     p.add_argument("--samples", type=int, help="timed samples per probe (default 20; the default suite gives sweep "
-                                                "points 10, and runs over 50 ms the samples that fit 1 s)")
+                                                "points 10, and torch probes whose run takes over 50 ms the "
+                                                "samples that fit 1 s)")
     p.add_argument("--json", action="store_true", help="print results JSON to stdout (summary goes to stderr)")
     return p
 
