@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -273,23 +274,29 @@ def _write_reports(results: Results, out: Path, reported: dict) -> list[Path]:
     Each chart is drawn once: report.html inlines the drawing its files were written from."""
     written = list(documents.write_results(results, out).values())
     charts: dict[str, str | None] = {}
-    steps = (("roofline", "the roofline chart", lambda: draw_roofline_charts(results, out)),
-             ("sweep", "the sweep chart", lambda: draw_sweep_chart(results, out / "sweep.png")),
-             ("datasheet", "the datasheet chart", lambda: draw_datasheet_chart(results, out / "datasheet.png")),
-             (None, "report.html",
-              lambda: ([write_html_report(results, out / "report.html", charts=charts, **reported)], None)))
-    for name, label, write in steps:
-        try:
-            made, svg = write()
-        except Exception as exc:  # the figures are safe in results.json already
-            results.findings.append(_failure(f"Writing {label}", exc, "results.json holds every figure; "
-                                             "report the error with that file."))
-            documents.write_results(results, out)
-            continue
-        written += made
-        if name is not None:
-            charts[name] = svg
-    return written
+    for name, label, draw in (("roofline", "the roofline chart", lambda: draw_roofline_charts(results, out)),
+                              ("sweep", "the sweep chart", lambda: draw_sweep_chart(results, out / "sweep.png")),
+                              ("datasheet", "the datasheet chart",
+                               lambda: draw_datasheet_chart(results, out / "datasheet.png"))):
+        drawn = _kept_on_failure(results, out, label, draw)
+        if drawn is not None:
+            written += drawn[0]
+            charts[name] = drawn[1]
+    page = _kept_on_failure(results, out, "report.html",
+                            lambda: write_html_report(results, out / "report.html", charts=charts, **reported))
+    return written + ([page] if page is not None else [])
+
+
+def _kept_on_failure(results: Results, out: Path, label: str, write: Callable[[], Any]) -> Any:
+    """What `write` returns; None when it fails, with a finding saying so in results.json (the figures are
+    safe there already)."""
+    try:
+        return write()
+    except Exception as exc:
+        results.findings.append(_failure(f"Writing {label}", exc, "results.json holds every figure; "
+                                         "report the error with that file."))
+        documents.write_results(results, out)
+        return None
 
 
 def exit_code(results: Results, stopped: KeyboardInterrupt | None) -> int:
