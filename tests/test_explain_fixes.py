@@ -168,8 +168,8 @@ def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():
     assert waived[0].status == "waived" and waived[0].baseline_after_step_us is None and not built_knobs
 
 
-def test_an_amp_dtype_fix_prices_the_batch_norms_by_their_time_in_the_new_dtype():
-    from pygpuperf.explain.norms import NormTiming, largest_norm
+def test_an_amp_dtype_fix_prices_each_batch_norm_by_its_own_shapes_time_in_the_new_dtype():
+    from pygpuperf.explain.norms import NormTiming, norm_shapes
 
     def norm(us, shape, strides, op="aten::cudnn_batch_norm", phase="forward"):
         return KernelRecord(name="bn", start_us=0.0, duration_us=us, op=op, phase=phase, input_shapes=[shape],
@@ -178,7 +178,7 @@ def test_an_amp_dtype_fix_prices_the_batch_norms_by_their_time_in_the_new_dtype(
     small, big = [8, 16, 4, 4], [8, 32, 8, 8]
     records = [norm(30.0, small, [256, 16, 4, 1]), norm(50.0, big, [2048, 1, 256, 32]),
                norm(40.0, big, [2048, 1, 256, 32], "aten::cudnn_batch_norm_backward", "backward")]
-    assert largest_norm(records) == (big, True)  # most time, and its strides are NHWC
+    assert norm_shapes(records) == [(big, True), (small, False)]  # most time first; NHWC read from strides
     t = 0.0
     for r in records:
         r.start_us, t = t, t + r.duration_us
@@ -186,15 +186,18 @@ def test_an_amp_dtype_fix_prices_the_batch_norms_by_their_time_in_the_new_dtype(
     step = ExplainedStep(0, records, line, Waterfall(0.0, {}, t, 0.0, 1.0), [])
     e = Explanation("cuda:0", [step], step, {}, None, {"amp": "fp16"})
     without = fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None)
-    e.norm_timing = NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0, "bf16": 17.5})
+    big_timed = NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0, "bf16": 17.5})
+    e.norm_timings = [big_timed]  # the small shape was not timed: it takes the timed shapes' ratio
     assert fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None) == pytest.approx(without + 120.0 * 0.75)
+    e.norm_timings = [big_timed, NormTiming(small, False, True, {"fp32": 3.0, "fp16": 1.0, "bf16": 1.2})]
+    assert fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None) == pytest.approx(
+        without + 90.0 * 0.75 + 30.0 * 0.2)  # each shape by its own
     e.settings["amp"] = "bf16"
     back = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None)
-    e.norm_timing = None
-    assert back == pytest.approx(fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) - 120.0 * (
-        1 - 10.0 / 17.5))  # back to cuDNN's
-    e.norm_timing = NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0, "bf16": 17.5})
-    e.norm_timing = NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0})  # bf16 failed its check
+    e.norm_timings = []
+    assert back == pytest.approx(fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) - 90.0 * (
+        1 - 10.0 / 17.5) - 30.0 * (1 - 1.0 / 1.2))  # back to cuDNN's
+    e.norm_timings = [NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0})]  # bf16 failed its check
     assert fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) == pytest.approx(without)
 
 
@@ -204,7 +207,7 @@ def test_a_batch_norm_timing_that_runs_out_of_memory_leaves_the_fixes_to_run(mon
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(norms, "largest_norm", lambda records: ([8, 16, 4, 4], True))
+    monkeypatch.setattr(norms, "norm_shapes", lambda records: [([8, 16, 4, 4], True)])
     e = _explanation()
     e.settings["amp"] = "fp16"
     target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 4, {}), lambda k: True, 4)
@@ -212,5 +215,5 @@ def test_a_batch_norm_timing_that_runs_out_of_memory_leaves_the_fixes_to_run(mon
     monkeypatch.setattr(norms, "time_batch_norm", lambda *a, **k: tried.append(a) or out_of_memory())
     # On a CUDA device (no kernel runs here: the build and the timing are stand-ins) the timing is tried.
     trials = fixes.try_fixes(e, _model(), target, "cuda", only=["batch_size", "amp"], measure=_timed(150.0))
-    assert tried and e.norm_timing is None
+    assert tried and not e.norm_timings
     assert {t.name: t.status for t in trials}["batch_size"] == "measured"

@@ -84,10 +84,13 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
     from pygpuperf.explain.fixes import trial_from_dict
 
     explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
-    if isinstance(doc.get("batch_norm_timing"), Mapping):
+    timed = doc.get("batch_norm_timing")
+    if timed:
         from pygpuperf.explain.norms import NormTiming
 
-        explanation.norm_timing = NormTiming.from_dict(dict(doc["batch_norm_timing"]))
+        # One shape (an object) in documents written before every shape was timed.
+        explanation.norm_timings = [NormTiming.from_dict(dict(t)) for t in ([timed] if isinstance(timed, Mapping)
+                                                                             else timed)]
     return explanation
 
 

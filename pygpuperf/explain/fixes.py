@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from pygpuperf.core import timing
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, causes, explainer, norms, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS
@@ -168,17 +169,20 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
 
 
 def _norms_in_new_dtype(explanation: Explanation, knobs: Mapping[str, str]) -> float:
-    """µs an AMP dtype change adds to the step's batch norms (negative: saves), by the ratio of the two
-    dtypes' times on the step's own largest batch norm (Explanation.norm_timing; 0 where not measured)."""
-    timing = explanation.norm_timing
-    now = str(explanation.settings.get("amp", "")).lower()
-    ratio = timing.ratio(str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32") if timing else None
-    if ratio is None:
+    """µs an AMP dtype change adds to the step's batch norms (negative: saves), each priced by the ratio of
+    the two dtypes' times on its own shape (Explanation.norm_timings; 0 where none was measured)."""
+    timings = explanation.norm_timings
+    if not timings:
         return 0.0
+    now = str(explanation.settings.get("amp", "")).lower()
+    to, frm = str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
     records = explanation.median.kernels
-    spent = sum(share for r, share in zip(records, attribution.exclusive_times(records))
-                if BATCH_NORM_OPS.search(r.op or ""))
-    return spent * (ratio - 1.0)
+    added = 0.0
+    for r, share in zip(records, attribution.exclusive_times(records)):
+        ratio = norms.ratio_of(timings, r, to, frm) if BATCH_NORM_OPS.search(r.op or "") else None
+        if ratio is not None:
+            added += share * (ratio - 1.0)
+    return added
 
 
 def graph_fuses_optimizer(target: Target) -> bool:
@@ -304,6 +308,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     base_us = baseline.step_us.median if baseline is not None else explanation.median.timeline.wall_us
     base_samples = baseline.samples_per_step if baseline is not None else None
     predicted = _predictions(explanation)
+    timing.release_profiler(device)  # the explanation's trace would slow every launch of the fixes timed here
     trials = []
     for name, what, knobs in _candidates(explanation, target):
         if only and name not in only:
@@ -347,16 +352,16 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
 
 
 def _time_norms(explanation: Explanation, device: torch.device) -> None:
-    """An AMP dtype fix changes which library runs the step's batch norms: time its largest in each dtype
-    (Explanation.norm_timing), once."""
-    found = norms.largest_norm(explanation.median.kernels) if explanation.norm_timing is None else None
-    if found is None:
+    """An AMP dtype fix changes which library runs the step's batch norms: time each of its shapes in each
+    dtype (Explanation.norm_timings), once."""
+    if explanation.norm_timings:
         return
-    training = any(r.phase == "backward" for r in explanation.median.kernels)
+    records = explanation.median.kernels
+    training = any(r.phase == "backward" for r in records)
     try:
-        explanation.norm_timing = norms.time_batch_norm(found[0], found[1], training, device)
+        explanation.norm_timings = norms.time_step_norms(records, training, device)
     except RuntimeError:  # out of memory for its tensors: the AMP fix is then priced without it
-        explanation.norm_timing = None
+        explanation.norm_timings = []
 
 
 def _baseline_again(target: Target, device: torch.device, measure: Callable[..., Throughput]) -> float | None:

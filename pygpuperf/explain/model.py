@@ -169,7 +169,8 @@ class Explanation:
     calls: list[CallAccesses] = field(default_factory=list)  # the traced step's op calls (KernelRecord.call)
     causes: Any = None  # pygpuperf.explain.causes.Causes of the median step, once findings are computed
     fixes: list[Any] = field(default_factory=list)  # pygpuperf.explain.fixes.FixTrial: --try-fixes, measured
-    norm_timing: Any = None  # pygpuperf.explain.norms.NormTiming: the step's batch norm timed per dtype (--try-fixes)
+    norm_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.norms.NormTiming: each batch-norm
+    # shape of the step timed per dtype (--try-fixes)
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
@@ -188,7 +189,7 @@ class Explanation:
             "calls": _numbered_storages(self.calls),
             **({"causes": self.causes.to_dict()} if self.causes is not None else {}),
             **({"fixes": [f.to_dict() for f in self.fixes]} if self.fixes else {}),
-            **({"batch_norm_timing": self.norm_timing.to_dict()} if self.norm_timing is not None else {}),
+            **({"batch_norm_timing": [t.to_dict() for t in self.norm_timings]} if self.norm_timings else {}),
         }
 
 

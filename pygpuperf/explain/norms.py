@@ -1,10 +1,11 @@
-"""Batch norm in each 16-bit dtype and fp32, timed on the step's own largest batch-norm shape.
+"""Batch norm in each 16-bit dtype and fp32, timed on each batch-norm shape the step runs.
 
 torch runs batch norm through cuDNN for fp32 and fp16 inputs, but through its own kernels for bf16 ones
 (measured on an H200: a ResNet-50 training step's batch norms took 13.8 ms in fp16 and 24.1 ms in bf16),
 so an AMP dtype change changes which library's kernels run, not just their bytes. Nothing in one profile
-says how fast the other library's kernels are; this times them on the device, on the shape and layout the
-step runs, so that the prediction of an AMP fix can price the step's batch norms in the new dtype.
+says how fast the other library's kernels are; this times them on the device, on the shapes and layouts the
+step runs (how much faster one library is depends on the shape), so that the prediction of an AMP fix can
+price each of the step's batch norms in the new dtype.
 """
 
 from __future__ import annotations
@@ -48,23 +49,50 @@ class NormTiming:
                           {str(k): float(v) for k, v in d.get("us", {}).items()})
 
 
-def largest_norm(records: Sequence[KernelRecord]) -> tuple[list[int], bool] | None:
-    """(input shape, channels_last) of the forward batch norm the step spends most time in, or None."""
+# Shapes timed at most: those the step spends most time in.
+MAX_SHAPES = 32
+
+
+def _layout(r: KernelRecord) -> tuple[tuple[int, ...], bool] | None:
+    """(input shape, channels_last) of a batch-norm kernel's first input, where it is a 4-d shape."""
+    shape = r.input_shapes[0] if r.input_shapes else None
+    if not (isinstance(shape, list) and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape)):
+        return None
+    strides = r.input_strides[0] if r.input_strides else None
+    return tuple(shape), isinstance(strides, list) and len(strides) == 4 and strides[1] == 1 and shape[1] > 1
+
+
+def norm_shapes(records: Sequence[KernelRecord]) -> list[tuple[list[int], bool]]:
+    """(input shape, channels_last) of each forward batch norm the step runs, most time first."""
     spent: dict[tuple[tuple[int, ...], bool], float] = {}
     for r in records:
         if r.phase not in ("forward", "other") or not BATCH_NORM_OPS.search(r.op or "") or "backward" in r.op:
             continue
-        shape = r.input_shapes[0] if r.input_shapes else None
-        if not (isinstance(shape, list) and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape)):
-            continue
-        strides = r.input_strides[0] if r.input_strides else None
-        channels_last = isinstance(strides, list) and len(strides) == 4 and strides[1] == 1 and shape[1] > 1
-        key = (tuple(shape), channels_last)
-        spent[key] = spent.get(key, 0.0) + r.duration_us
-    if not spent:
-        return None
-    (shape, channels_last), _ = max(spent.items(), key=lambda kv: kv[1])
-    return list(shape), channels_last
+        key = _layout(r)
+        if key is not None:
+            spent[key] = spent.get(key, 0.0) + r.duration_us
+    return [(list(shape), last) for (shape, last), _ in sorted(spent.items(), key=lambda kv: -kv[1])]
+
+
+def time_step_norms(records: Sequence[KernelRecord], training: bool, device: torch.device | str,
+                    samples: int = 20) -> list[NormTiming]:
+    """:func:`time_batch_norm` of each of the step's batch-norm shapes (the :data:`MAX_SHAPES` it spends
+    most time in)."""
+    return [time_batch_norm(shape, last, training, device, samples)
+            for shape, last in norm_shapes(records)[:MAX_SHAPES]]
+
+
+def ratio_of(timings: Sequence[NormTiming], record: KernelRecord, to: str, frm: str) -> float | None:
+    """Time in dtype `to` over time in `frm` for this batch-norm kernel: its own shape's timing, else (a
+    shape not timed) the ratio of all timed shapes' times together; None where neither was measured."""
+    key = _layout(record)
+    for t in timings:
+        if key == (tuple(t.shape), t.channels_last):
+            found = t.ratio(to, frm)
+            if found is not None:
+                return found
+    both = [t for t in timings if t.ratio(to, frm) is not None]
+    return sum(t.us[to] for t in both) / sum(t.us[frm] for t in both) if both else None
 
 
 def _close(value: torch.Tensor | None, reference: torch.Tensor, tolerance: float) -> bool:
