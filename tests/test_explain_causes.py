@@ -227,8 +227,9 @@ def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
 
     e, layout = _attention_step_compiled("blocks.0.<script>attn")
     e.fixes += [FixTrial("cuda_graphs", "CUDA graph of the step", {"cuda_graphs": "on"}, "failed",
-                          reason="RuntimeError: capture <failed>")]
+                          reason="RuntimeError: capture <failed>", notes=["a flag <was> put back"])]
     page = explain_html(e, gpu_model())
+    assert "capture &lt;failed&gt;<br><span class=\"note\">a flag &lt;was&gt; put back</span>" in page
     assert 'id="explain-causes"' in page and 'id="explain-fixes"' in page
     assert "<script" not in page and "&lt;failed&gt;" in page  # every document string goes through autoescape
     assert layout.title.split(" (")[0][:40] in page.replace("&#39;", "'")

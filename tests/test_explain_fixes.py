@@ -141,8 +141,46 @@ def test_a_precision_fix_no_cause_names_is_priced_on_the_kernels_it_changes():
     assert fixes.predicted_step(e, m, "cudnn_benchmark", {"cudnn_benchmark": "on"}, 4, by_cause={}) is None
 
 
+def test_no_fix_that_keeps_the_hosts_work_is_predicted_below_the_step_at_batch_one():
+    m = _model()
+    e = _explanation("cuda:0")  # a 100 us fp32 GEMM that TF32 shortens, and 50 us of idle
+    alone = fixes.predicted_step(e, m, "tf32", {"tf32": "on"}, 4, by_cause={})
+    e.batch_one_step_us = 120.0
+    assert alone < 120.0 and fixes.predicted_step(e, m, "tf32", {"tf32": "on"}, 4, by_cause={}) == 120.0
+    # A graph replays the launches: the host's work per step is what it removes.
+    assert fixes.predicted_step(e, m, "cuda_graphs", {"cuda_graphs": "on"}, 4, by_cause={"cuda_graphs": 60.0}) == 60.0
+
+
+def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_hosts_work(tmp_path):
+    times = iter([120.0, 130.0, 150.0])  # batch 1, TF32, the step as given again
+    built = []
+
+    def measure(step, device, samples):
+        step()
+        return Throughput(Stats.of([next(times)] * 3), samples)
+
+    def build(batch, knobs):
+        built.append(batch)
+        return BuiltWorkload(lambda: None, batch or 4, {})
+
+    e = _explanation("cuda:0")
+    # On a CUDA device (no kernel runs here: the builds and the timings are stand-ins).
+    trials = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
+                             measure=measure)
+    assert built == [1, 4, 4] and e.batch_one_step_us == 120.0
+    assert trials[0].measured_step_us == 130.0 and trials[0].predicted_step_us == 120.0
+    assert "batch 1" in trials[0].notes[0]
+    assert any("batch 1" in line for line in fixes.fix_lines(trials))  # the text output shows each note
+    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
+    assert compare.load_explanation(tmp_path).batch_one_step_us == 120.0  # and the schema takes it
+    built.clear()  # a graph alone changes the host's work: nothing to time at batch 1
+    fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
+                    only=["cuda_graphs"], measure=_timed(100.0))
+    assert 1 not in built
+
+
 def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():
-    times = iter([150.0, 165.0])  # the batch fix, then the step as given once more
+    times = iter([40.0, 150.0, 165.0])  # the step at batch 1, the batch fix, then the step as given once more
 
     def measure(step, device, samples):
         step()
@@ -156,7 +194,7 @@ def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():
 
     target = fixes.Target(build, lambda k: True, batch_size=4, knobs={"amp": "none"})
     trials = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["batch_size"], measure=measure)
-    assert built_knobs[-1] == (4, {"amp": "none"})  # the last build is the step as the user gave it
+    assert built_knobs[0][0] == 1 and built_knobs[-1] == (4, {"amp": "none"})  # the last: the step as given
     assert [t.baseline_after_step_us for t in trials] == [165.0]
     drift = fixes.fix_lines(trials)[-1]
     assert "0.15 → 0.17 ms" in drift and "+10.0%" in drift

@@ -130,6 +130,9 @@ def test_the_document_writer_checks_its_schema_and_keeps_what_fails_it(tmp_path)
     good = [{"severity": "warning", "title": "t", "evidence": {"ms": float("nan")}, "suggestion": ""}]
     path = documents.write_document(tmp_path / "findings.json", good, "findings", "findings.json")
     assert json.loads(path.read_text())[0]["evidence"] == {"ms": None}  # JSON has no NaN
+    keyed = [{"severity": "info", "title": "t", "evidence": {True: 1, None: 2, 3: 3, 2.5: 4}, "suggestion": ""}]
+    path = documents.write_document(tmp_path / "keys.json", keyed, "findings", "findings.json")
+    assert json.loads(path.read_text())[0]["evidence"] == json.loads(json.dumps(keyed))[0]["evidence"]
     bad = [{"severity": "fatal", "title": "t", "evidence": {}, "suggestion": ""}]
     with pytest.raises(ResultsFileError, match="severity|fatal"):
         documents.write_document(tmp_path / "again.json", bad, "findings", "findings.json")

@@ -243,7 +243,7 @@ def _predict_model(explanation, results: Results, cards: list[str], folder: Path
     from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, load_model
     from pygpuperf.report.predict_report import draw_prediction_report
 
-    source = str(results.meta.get("device", {}).get("name", "this device"))
+    source = results.device_name() or "this device"
     predictions = sorted((predict.predict(explanation, results.machine_model, card.model, source_name=source,
                                           target_name=card.name)
                           for card in (load_model(DATASHEET_PREFIX + c) for c in cards)),

@@ -207,10 +207,17 @@ def _finite(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
+        return {_json_key(k): _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return str(value)
+
+
+def _json_key(key: Any) -> str:
+    """A dict key as json.dumps spells it (True as "true", None as "null"), where str() would not."""
+    if key is True or key is False:
+        return "true" if key else "false"
+    return "null" if key is None else str(key)
 
 
 def write_document(path: Path, doc: Any, schema_name: str, kind: str) -> Path:

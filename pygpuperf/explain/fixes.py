@@ -30,6 +30,9 @@ FIX_NAMES = ("tf32", "cudnn_benchmark", "fp16_accumulation", "amp", "channels_la
              "compile_reduce_overhead", "batch_size")
 _CPU_FIXES = ("channels_last", "compile", "batch_size")
 FLAG_KNOBS = ("tf32", "cudnn_benchmark", "fp16_accumulation")  # global torch flags, set around user code
+# Fixes that change the host's own work per step (a graph replays the launches, compile fuses ops); the
+# others keep it, so none of them is predicted below the step at batch 1.
+HOST_WORK_FIXES = ("cuda_graphs", "compile", "compile_reduce_overhead")
 
 
 @dataclass
@@ -165,6 +168,9 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         found = _predicted_by(explanation, model, change)
     if name == "amp" and found is not None:
         found += _norms_in_new_dtype(explanation, knobs)
+    floor = explanation.batch_one_step_us
+    if found is not None and floor and name not in HOST_WORK_FIXES:
+        found = max(found, floor)  # the host's launches set the step there, whatever the device saves
     return found
 
 
@@ -195,10 +201,14 @@ def _has_conv(explanation: Explanation) -> bool:
     return any("conv" in r.op.lower() for r in explanation.median.kernels)
 
 
-def _candidates(explanation: Explanation, target: Target) -> list[tuple[str, str, dict[str, str]]]:
+def _batch_of(explanation: Explanation, target: Target) -> int | None:
     settings = explanation.settings
-    amp = str(settings.get("amp", "")).lower()
-    batch = target.batch_size or int(settings.get("batch_size") or settings.get("samples_per_step") or 0) or None
+    return target.batch_size or int(settings.get("batch_size") or settings.get("samples_per_step") or 0) or None
+
+
+def _candidates(explanation: Explanation, target: Target) -> list[tuple[str, str, dict[str, str]]]:
+    amp = str(explanation.settings.get("amp", "")).lower()
+    batch = _batch_of(explanation, target)
     out = [("tf32", "TF32 on", {"tf32": "on"}), ("cudnn_benchmark", "cudnn.benchmark on", {"cudnn_benchmark": "on"}),
            ("fp16_accumulation", "fp16 accumulation", {"fp16_accumulation": "on"}),
            ("amp", "AMP bf16" if amp != "bf16" else "AMP fp16", {"amp": "bf16" if amp != "bf16" else "fp16"}),
@@ -309,17 +319,23 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     base_samples = baseline.samples_per_step if baseline is not None else None
     predicted = _predictions(explanation)
     timing.release_profiler(device)  # the explanation's trace would slow every launch of the fixes timed here
+    candidates = [(name, what, knobs, _waiver(name, knobs, explanation, target, device))
+                  for name, what, knobs in _candidates(explanation, target) if not only or name in only]
+    if explanation.batch_one_step_us is None and (_batch_of(explanation, target) or 0) > 1 and any(
+            waiver is None and name not in HOST_WORK_FIXES for name, _, _, waiver in candidates):
+        # At batch 1 the device's work is small beside the launches: about the host's own time per step.
+        explanation.batch_one_step_us = _timed_build(target, device, measure, {"batch_size": "1"})
     trials = []
-    for name, what, knobs in _candidates(explanation, target):
-        if only and name not in only:
-            continue
+    for name, what, knobs, waiver in candidates:
         trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
                          baseline_samples_per_step=base_samples)
-        waiver = _waiver(name, knobs, explanation, target, device)
         if name == "amp" and waiver is None and device.type == "cuda":
             _time_norms(explanation, device)
         trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted,
                                                  graph_fuses_optimizer=graph_fuses_optimizer(target))
+        if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
+            trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
+                               "the host's own work per step, which this fix keeps")
         if waiver is not None:
             trial.reason = waiver
             trials.append(trial)
@@ -333,7 +349,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
                 with built:
                     timed = measure(step, device, samples)
                 trial.status, trial.measured_step_us, trial.samples_per_step = "measured", timed.step_us.median, samples
-                trial.notes = list(getattr(built, "notes", []) or [])
+                trial.notes += list(getattr(built, "notes", []) or [])
                 waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
                 if name == "cuda_graphs" and waived.startswith("waived"):
                     trial.status, trial.reason = "waived", waived.removeprefix("waived").lstrip(": ")
@@ -345,7 +361,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
             trial.notes.append("a global torch flag was left changed and has been restored")
         trials.append(trial)
     if any(t.status == "measured" for t in trials):
-        again = _baseline_again(target, device, measure)
+        again = _timed_build(target, device, measure)  # how far the card drifted while the fixes ran
         for t in trials:
             t.baseline_after_step_us = again
     return trials
@@ -364,15 +380,16 @@ def _time_norms(explanation: Explanation, device: torch.device) -> None:
         explanation.norm_timings = []
 
 
-def _baseline_again(target: Target, device: torch.device, measure: Callable[..., Throughput]) -> float | None:
-    """The step as given, built and timed once more after the fixes (None when that fails: the fixes stand);
-    torch's flags are left as they were."""
+def _timed_build(target: Target, device: torch.device, measure: Callable[..., Throughput],
+                 knobs: dict[str, str] | None = None) -> float | None:
+    """The step built as given (with `knobs`: at another batch) and timed once (µs; None when it cannot be
+    built or run, and the fixes stand without it); torch's flags are left as they were."""
     with _flags_kept():
         try:
-            built, step, samples = _apply("", {}, target, device)
+            built, step, samples = _apply("batch_size" if knobs else "", dict(knobs or {}), target, device)
             with built:
                 return measure(step, device, samples).step_us.median
-        except Exception:  # noqa: BLE001 - the drift is a check on the fixes, not a result of its own
+        except Exception:  # noqa: BLE001 - a check beside the fixes, not a result of its own
             return None
 
 
@@ -398,7 +415,9 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 def fix_lines(trials: Sequence[FixTrial]) -> list[str]:
     if not trials:
         return []
-    lines = ["fixes tried (step time without the profiler):", *(t.line() for t in trials)]
+    lines = ["fixes tried (step time without the profiler):"]
+    for t in trials:
+        lines += [t.line(), *(f"      {note}" for note in t.notes)]
     before, after = trials[0].baseline_step_us, trials[0].baseline_after_step_us
     if before and after:
         lines.append(f"  the step as given, again after the fixes: {before / 1e3:.2f} → {after / 1e3:.2f} ms "

@@ -338,7 +338,7 @@ def roofline_figure(results: Results, overlays: Sequence[ChartPoint] = ()) -> Fi
     ax.set_xlabel("arithmetic intensity (FLOP / byte, counted)")
     integer = any(c.unit == "TOP/s" for c in model.compute.values())
     ax.set_ylabel("TFLOP/s (TOP/s for integer roofs)" if integer else "TFLOP/s")
-    device = results.meta.get("device", {}).get("name", model.device)
+    device = results.device_name() or model.device
     ax.set_title(plain(f"Measured roofline: {device}"))
     ax.grid(True, which="major", alpha=0.3)
     ax.grid(True, which="minor", alpha=0.08)

@@ -48,7 +48,7 @@ class DatasheetBar:
 def datasheet_bars(results: Results) -> list[DatasheetBar]:
     """Every measured ceiling the card's datasheet has a figure for, family by family, in key order."""
     model = results.machine_model
-    card = datasheets.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
+    card = datasheets.datasheet_for(results.device_name() or "")
     if model is None or card is None:
         return []
     bars = []
@@ -95,8 +95,8 @@ def datasheet_figure(results: Results) -> Figure | None:
         ax.set_axisbelow(True)
     axes[-1, 0].set_xlim(0, max(112.0, max(b.percent for b in bars) + 12))
     axes[-1, 0].set_xlabel("measured, % of datasheet (pale bar: the datasheet figure)")
-    card = datasheets.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
-    device = results.meta.get("device", {}).get("name", "device")
+    card = datasheets.datasheet_for(results.device_name() or "")
+    device = results.device_name() or "device"
     fig.suptitle(plain(f"Measured vs datasheet: {device} (datasheet: {card['name'] if card else '?'})"),
                  fontsize=11, y=1 - 0.12 / height, va="top")
     return fig

@@ -104,7 +104,7 @@ def sweep_figure(results: Results) -> Figure | None:
     if not panels:
         return None
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 5.5 * len(panels)), dpi=120, squeeze=False)
-    device = results.meta.get("device", {}).get("name", "device")
+    device = results.device_name() or "device"
     for ax, key in zip(axes[:, 0], panels):
         title, unit, xlabel, corner, unnamed = _PANELS[key]
         sizes = _draw(ax, series[key], unit, unnamed)

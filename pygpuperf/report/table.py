@@ -60,7 +60,7 @@ class SummaryRow:
 
 def summary_rows(results: Results) -> list[SummaryRow]:
     """The rows of the terminal table and the HTML page, as data: family, name, backend order."""
-    card = datasheets.datasheet_for(str(results.meta.get("device", {}).get("name", "")))
+    card = datasheets.datasheet_for(results.device_name() or "")
     listed = [m for m in results.measurements if not is_series_point(m.name)]  # sweep points are a series
     failed = Counter((m.name, m.backend) for m in listed if not m.usable and m.status != "waived")
     rows = []
@@ -152,8 +152,8 @@ def measurement_table(results: Results, width: int | None = None) -> Table:
     the p5-p95 and datasheet columns and the notes of the check column (which variant won, why a
     probe was waived), says native/torch for the backend (the title names the device) and puts a
     datasheet flag beside the check: results.json and report.html have the rest."""
-    card = datasheets.datasheet_for(results.meta.get("device", {}).get("name", ""))
-    title = results.meta.get("device", {}).get("name", "device")
+    card = datasheets.datasheet_for(results.device_name() or "")
+    title = results.device_name() or "device"
     if card:
         title += f"  (datasheet: {card['name']})"
     rows = summary_rows(results)
