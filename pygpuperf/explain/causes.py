@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, costs, tiles, words
+from pygpuperf.explain import attribution, costs, resize, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convolutions, is_matrix_vector
 from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, KernelRecord,
                                      Timeline)
@@ -129,31 +129,18 @@ class _Pricing:
 
     def reprice(self, record: KernelRecord, changed: KernelRecord, cap: bool = True, resized: bool = False) -> float:
         """The record's duration once it runs as `changed`: the model's new time times its measured residual.
-        `resized` (the same kernel on more or less data): the kernel's ramp stays as it was rather than growing
-        with its work. The ramp is what the card's copy sweep spends per kernel beyond its fixed cost (t0 of
-        time = t0 + bytes / bandwidth; 3.3 µs on the H200); the library's small GEMMs spend about as much
-        beyond their fixed cost and waves (4.0-4.3 µs for 512³ and 1024³ in bf16 and fp16), so every
-        kernel keeps it, up to its excess over its bound."""
+        `resized` (the same kernel on more or less data): the kernel keeps its ramp and its speed
+        (:func:`resize.resized_us`); otherwise a changed kernel is never priced below its new bound."""
         before = attribution.kernel_timing(record, self.model, self.shares, self.terms)
         after = attribution.kernel_timing(changed, self.model, self.shares, self.terms)
         if before is None or after is None or before.work_us <= 0 or record.duration_us <= 0:
             return record.duration_us * (changed.bytes / record.bytes if not cap and record.bytes > 0 else 1.0)
-        ramp = 0.0
         if resized:
-            excess = record.duration_us - before.total_us
-            ramp = min(max(self.ramp_us - before.fixed_us, 0.0), max(excess, 0.0))
-        residual = max(record.duration_us - before.fixed_us - ramp, 0.0) / before.work_us
-        # A kernel faster than its bound (miscounted work: an FFT convolution) keeps its speed when resized;
-        # a changed kernel is never priced below its new bound.
-        new = after.fixed_us + ramp + after.work_us * (residual if resized else max(residual, 1.0))
+            new = resize.resized_us(record, before, after, resize.ramp_of(self.model))
+        else:
+            residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
+            new = after.fixed_us + after.work_us * max(residual, 1.0)
         return min(record.duration_us, new) if cap else new
-
-    @property
-    def ramp_us(self) -> float:
-        """t0 of the card's main-memory copy sweep (0 where it was not measured)."""
-        main = self.model.dram_key()
-        fit = self.model.memory_fits.get(f"{main}.copy") if main else None
-        return fit.latency_us if fit is not None else 0.0
 
 
 def _saved(records: Sequence[KernelRecord], exclusive: Sequence[float], indices: Sequence[int],

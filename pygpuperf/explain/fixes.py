@@ -20,7 +20,7 @@ import torch
 
 from pygpuperf.core import timing
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, causes, explainer, norms, tiles, words
+from pygpuperf.explain import attribution, causes, explainer, norms, resize, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -115,13 +115,13 @@ def _predicted_by(explanation: Explanation, model: MachineModel,
 
 
 def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
-    """The step at `scale` times the batch by the kernel model: forward and backward kernels' work scales,
-    and their output tiles with it (waves on the card's units; each keeps its measured residual); the rest
+    """The step at `scale` times the batch by the kernel model: forward and backward kernels resized as
+    :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way); the rest
     and the idle time stay as measured."""
     weights = tiles.weight_shapes(explanation.median.kernels)
-    return _predicted_by(explanation, model, lambda r: dataclasses.replace(
-        tiles.at_batch(r, scale, weights), flops=r.flops * scale, bytes=r.bytes * scale)
-        if r.phase in ("forward", "backward") else None, resized=True)
+    resident = resize.resident_shares(explanation.calls)
+    return _predicted_by(explanation, model, lambda r: resize.kernel_at_batch(r, scale, resident, weights)
+                         if r.phase in resize.GROWS_WITH_BATCH else None, resized=True)
 
 
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:

@@ -1,0 +1,70 @@
+"""A step's kernels at another batch: what grows with it, what stays, and how a resized kernel's time moves.
+One model for --try-fixes' batch fix and for predict's batch predictions.
+
+The forward and backward kernels' FLOPs scale with the batch, and their bytes do except those of the
+model's parameters, buffers and gradients (the traced accesses say which); their operands' batch dimension
+scales too, so their output tiles are those of the op at the new batch (:func:`tiles.at_batch`).
+Optimizer and other kernels stay as they are.
+
+A resized kernel's time is its fixed cost, its ramp, and its new work times the residual it had
+(measured beyond fixed cost and ramp, over its work). The ramp is what a kernel spends beyond its fixed
+cost before it streams: the card's main-memory copy sweep fits time = t0 + bytes / bandwidth, and
+t0 - fixed (3.3 µs on the H200) does not grow with the bytes; the library's small GEMMs spend about as much
+beyond their fixed cost and waves (4.0-4.3 µs for 512³ and 1024³ in bf16 and fp16), so every kernel keeps
+it, up to its excess over its bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from pygpuperf.analyze.kernel_time import KernelTime
+from pygpuperf.core.results import MachineModel
+from pygpuperf.explain import tiles
+from pygpuperf.explain.model import CallAccesses, KernelRecord
+
+GROWS_WITH_BATCH = ("forward", "backward")
+
+
+def resident_shares(calls: Sequence[CallAccesses]) -> dict[int, float]:
+    """Each traced call's share of bytes in resident storages (parameters, buffers, gradients)."""
+    out = {}
+    for c in calls:
+        total = sum(a.nbytes for a in c.accesses)
+        out[c.index] = sum(a.nbytes for a in c.accesses if a.resident) / total if total else 0.0
+    return out
+
+
+def kernel_at_batch(record: KernelRecord, scale: float, resident: Mapping[int, float],
+                    weights: set[tuple[int, int]]) -> KernelRecord:
+    """The record's work at `scale` times the batch (forward and backward kernels; others unchanged):
+    `resident` from :func:`resident_shares`, `weights` from :func:`tiles.weight_shapes`."""
+    if scale == 1 or record.phase not in GROWS_WITH_BATCH:
+        return record
+    fixed_share = resident.get(record.call, 0.0) if record.call is not None else 0.0
+    return dataclasses.replace(tiles.at_batch(record, scale, weights), flops=record.flops * scale,
+                               bytes=record.bytes * (fixed_share + (1 - fixed_share) * scale))
+
+
+def ramp_of(model: MachineModel) -> float:
+    """t0 of the card's main-memory copy sweep, µs (0 where it was not measured)."""
+    main = model.dram_key()
+    fit = model.memory_fits.get(f"{main}.copy") if main else None
+    return fit.latency_us if fit is not None else 0.0
+
+
+def kept_ramp(record: KernelRecord, before: KernelTime, t0_us: float) -> float:
+    """µs of the record's time that is its ramp (t0 beyond its fixed cost, up to its excess over its bound)."""
+    excess = record.duration_us - before.total_us
+    return min(max(t0_us - before.fixed_us, 0.0), max(excess, 0.0))
+
+
+def resized_us(record: KernelRecord, before: KernelTime, after: KernelTime, t0_us: float,
+               ramp_scale: float = 1.0) -> float:
+    """The record's duration on its resized work (`after`, priced as `before` was): fixed cost, the ramp it
+    kept (times `ramp_scale` on another card), and the new work at the residual it had beyond both. A kernel
+    faster than its bound (miscounted work: an FFT convolution) keeps its speed."""
+    ramp = kept_ramp(record, before, t0_us)
+    residual = max(record.duration_us - before.fixed_us - ramp, 0.0) / before.work_us
+    return after.fixed_us + ramp * ramp_scale + after.work_us * residual
