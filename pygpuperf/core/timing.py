@@ -14,12 +14,23 @@ import torch
 SPIN_CYCLES_PER_SAMPLE = 100_000
 
 
+# Whether a trace has run in this process since the profiler was last released (see release_profiler).
+_traced = False
+
+
+def traced() -> None:
+    """Mark that a trace has run: the next :func:`release_profiler` lets go of the tracing library."""
+    global _traced
+    _traced = True
+
+
 def release_profiler(device: torch.device) -> None:
-    """Have torch's profiler let go of the device's tracing library (CUPTI on CUDA). kineto keeps it attached
-    after a trace, and every later launch pays for it (on an H200, host-bound steps ran 30-36 % slower after
-    one trace); an empty session with TEARDOWN_CUPTI=1 ends with it released. A later trace attaches it
-    again. The variable is put back as it was."""
-    if device.type != "cuda" or not torch.cuda.is_available():
+    """Have torch's profiler let go of the device's tracing library (CUPTI on CUDA) after a trace (:func:`traced`).
+    kineto keeps it attached after a trace, and every later launch pays for it (on an H200, host-bound steps
+    ran 30-36 % slower after one trace); an empty session with TEARDOWN_CUPTI=1 ends with it released. A
+    later trace attaches it again. The variable is put back as it was."""
+    global _traced
+    if not _traced or device.type != "cuda" or not torch.cuda.is_available():
         return
     from torch.profiler import ProfilerActivity, profile
 
@@ -28,6 +39,7 @@ def release_profiler(device: torch.device) -> None:
     try:
         with profile(activities=[ProfilerActivity.CUDA]):
             pass
+        _traced = False
     finally:
         if before is None:
             os.environ.pop("TEARDOWN_CUPTI", None)

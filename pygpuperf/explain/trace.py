@@ -573,6 +573,8 @@ def capture_step(
     from torch.autograd.profiler import record_function
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    from pygpuperf.core import timing
+
     device = torch.device(device)
     on_gpu = device.type == "cuda"
     if not on_gpu:
@@ -585,6 +587,7 @@ def capture_step(
     settings = MathSettings.current()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     active = steps + 1
+    timing.traced()  # whatever is timed after this trace releases the tracing library first
     with module_ranges(model) if model is not None else nullcontext():
         with profile(
             activities=activities,
