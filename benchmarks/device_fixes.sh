@@ -14,6 +14,20 @@ DEFAULT_TARGETS=("resnet50-train-amp --memory-format nchw --try-fixes $EAGER" "b
               "resnet50-train --memory-format nchw --tf32 off --try-fixes tf32,amp,channels_last,batch_size"
               "bert-base-squad-train --amp none --tf32 off --try-fixes tf32,amp,batch_size"
               "benchmarks/heldout/llm_decode.py:make_step --batch-size 1 --try-fixes cuda_graphs,compile,compile_reduce_overhead,batch_size")
+# The configurations whose fixes were timed with the profiler's tracing library still attached (runs fixes2
+# to fixes9, before try_fixes released it), in two calls of about 7 minutes: SET=stale-a or SET=stale-b.
+STALE_A=("resnet50-train --try-fixes $EAGER" "bert-base-squad-train --try-fixes $EAGER"
+         "resnet50-train --memory-format nchw --tf32 off --try-fixes tf32,amp,channels_last,batch_size"
+         "bert-base-squad-train --amp none --tf32 off --try-fixes tf32,amp,batch_size"
+         "resnet50-train-amp --memory-format nchw --try-fixes $EAGER" "gpt-100m-train --try-fixes $EAGER"
+         "benchmarks/heldout/llm_decode.py:make_step --batch-size 1 --try-fixes cuda_graphs,compile,compile_reduce_overhead,batch_size")
+STALE_B=("resnet50-infer --try-fixes $EAGER" "unet-train --try-fixes $EAGER" "resnet50-train-tf32 --try-fixes $EAGER"
+         "retinanet-train --try-fixes $EAGER" "resnet101-infer --try-fixes $EAGER" "resnet101-infer-amp --try-fixes $EAGER"
+         "resnet101-train-bf16 --try-fixes $EAGER" "resnet101-train-tf32 --try-fixes $EAGER")
+case "${SET:-}" in
+  stale-a) DEFAULT_TARGETS=("${STALE_A[@]}") ;;
+  stale-b) DEFAULT_TARGETS=("${STALE_B[@]}") ;;
+esac
 if [ -n "${TARGETS:-}" ]; then IFS=';' read -r -a CHOSEN <<<"$TARGETS"; else CHOSEN=("${DEFAULT_TARGETS[@]}"); fi
 for target in "${CHOSEN[@]}"; do
   [ -n "${ONLY:-}" ] && ! echo "$target" | grep -qE -- "$ONLY" && continue  # ONLY: a regex choosing targets
