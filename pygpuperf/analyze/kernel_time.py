@@ -160,11 +160,15 @@ class CardTerms:
     caches: tuple[tuple[str, float], ...]  # (level, capacity bytes) with a bandwidth, nearest first
     notes: tuple[str, ...] = ()  # assumptions, for the output
     graph_gap_us: float = 0.0  # device idle between two kernels of a replayed graph (0: not measured)
+    # t0 of the main-memory copy sweep (time = t0 + bytes / bandwidth): beyond the fixed cost, the ramp a
+    # kernel spends before it streams, which does not grow with its work (0: not measured)
+    stream_t0_us: float = 0.0
 
 
 def card_terms(model: MachineModel, reference: MachineModel | None = None) -> CardTerms:
     """The model's terms; a datasheet card without a measured fixed cost takes the `reference` card's
-    (the measured source), scaled by the clock ratio, and says so."""
+    (the measured source), scaled by the clock ratio, and says so; one without a measured copy sweep takes
+    the reference's t0 the same way."""
     notes = []
     fixed = _latency_us(model, FIXED_KEY)
     period = _latency_us(model, PERIOD_KEY)
@@ -184,7 +188,16 @@ def card_terms(model: MachineModel, reference: MachineModel | None = None) -> Ca
     units = model.facts.get(UNITS)
     caches = tuple((level, model.capacity_bytes(level) or 0.0) for level in CACHE_LEVELS
                    if model.capacity_bytes(level))
-    return CardTerms(fixed, gap, int(units) if units else None, caches, tuple(notes), graph_gap)
+    t0 = _copy_t0_us(model)
+    if t0 is None and reference is not None and _copy_t0_us(reference) is not None:
+        t0 = _copy_t0_us(reference) * clock_ratio(reference, model)
+    return CardTerms(fixed, gap, int(units) if units else None, caches, tuple(notes), graph_gap, t0 or 0.0)
+
+
+def _copy_t0_us(model: MachineModel) -> float | None:
+    main = model.dram_key()
+    fit = model.memory_fits.get(f"{main}.copy") if main else None
+    return fit.latency_us if fit is not None and fit.latency_us > 0 else None
 
 
 def _latency_us(model: MachineModel, key: str) -> float | None:

@@ -136,7 +136,7 @@ class _Pricing:
         if before is None or after is None or before.work_us <= 0 or record.duration_us <= 0:
             return record.duration_us * (changed.bytes / record.bytes if not cap and record.bytes > 0 else 1.0)
         if resized:
-            new = resize.resized_us(record, before, after, resize.ramp_of(self.model))
+            new = resize.resized_us(record, before, after, self.terms.stream_t0_us)
         else:
             residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
             new = after.fixed_us + after.work_us * max(residual, 1.0)

@@ -20,7 +20,6 @@ from pygpuperf.facts import nvml
 from pygpuperf.explain import accesses, attribution, costs, timeline, trace, words
 from pygpuperf.explain.model import (LAYOUT, MEMORY_BOUND, CallAccesses, ExplainedStep, Explanation, KernelRecord,
                                      Throughput)
-from pygpuperf.core import timing
 from pygpuperf.core.results import Finding, MachineModel, Stats
 
 
@@ -30,7 +29,6 @@ def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, s
     from pygpuperf.workloads.base import default_steps, time_steps_with_memory
 
     device = torch.device(device)
-    timing.release_profiler(device)  # an earlier trace in this process would slow every launch timed here
     default_warmup, default_count = default_steps(device)
     for _ in range(default_warmup if warmup is None else warmup):
         step_fn()

@@ -18,9 +18,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from pygpuperf.core import timing
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, causes, explainer, norms, resize, tiles, words
+from pygpuperf.explain import attribution, causes, explainer, norms, resize, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -118,10 +117,9 @@ def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: flo
     """The step at `scale` times the batch by the kernel model: forward and backward kernels resized as
     :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way); the rest
     and the idle time stay as measured."""
-    weights = tiles.weight_shapes(explanation.median.kernels)
-    resident = resize.resident_shares(explanation.calls)
-    return _predicted_by(explanation, model, lambda r: resize.kernel_at_batch(r, scale, resident, weights)
-                         if r.phase in resize.GROWS_WITH_BATCH else None, resized=True)
+    batch = resize.AtBatch.of(explanation.median.kernels, explanation.calls, scale)
+    return _predicted_by(explanation, model, lambda r: batch.kernel(r) if r.phase in resize.GROWS_WITH_BATCH
+                         else None, resized=True)
 
 
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
@@ -183,9 +181,10 @@ def _norms_in_new_dtype(explanation: Explanation, knobs: Mapping[str, str]) -> f
     now = str(explanation.settings.get("amp", "")).lower()
     to, frm = str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
     records = explanation.median.kernels
+    ratio_of = norms.ratios(timings, to, frm)
     added = 0.0
     for r, share in zip(records, attribution.exclusive_times(records)):
-        ratio = norms.ratio_of(timings, r, to, frm) if BATCH_NORM_OPS.search(r.op or "") else None
+        ratio = ratio_of(r) if BATCH_NORM_OPS.search(r.op or "") else None
         if ratio is not None:
             added += share * (ratio - 1.0)
     return added
@@ -318,13 +317,12 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     base_us = baseline.step_us.median if baseline is not None else explanation.median.timeline.wall_us
     base_samples = baseline.samples_per_step if baseline is not None else None
     predicted = _predictions(explanation)
-    timing.release_profiler(device)  # the explanation's trace would slow every launch of the fixes timed here
     candidates = [(name, what, knobs, _waiver(name, knobs, explanation, target, device))
                   for name, what, knobs in _candidates(explanation, target) if not only or name in only]
     if explanation.batch_one_step_us is None and (_batch_of(explanation, target) or 0) > 1 and any(
             waiver is None and name not in HOST_WORK_FIXES for name, _, _, waiver in candidates):
         # At batch 1 the device's work is small beside the launches: about the host's own time per step.
-        explanation.batch_one_step_us = _timed_build(target, device, measure, {"batch_size": "1"})
+        explanation.batch_one_step_us = _timed_build(target, device, measure, batch=1)
     trials = []
     for name, what, knobs, waiver in candidates:
         trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
@@ -381,12 +379,13 @@ def _time_norms(explanation: Explanation, device: torch.device) -> None:
 
 
 def _timed_build(target: Target, device: torch.device, measure: Callable[..., Throughput],
-                 knobs: dict[str, str] | None = None) -> float | None:
-    """The step built as given (with `knobs`: at another batch) and timed once (µs; None when it cannot be
-    built or run, and the fixes stand without it); torch's flags are left as they were."""
+                 batch: int | None = None) -> float | None:
+    """The step built as given (at `batch` where given) and timed once (µs; None when it cannot be built or
+    run, and the fixes stand without it); torch's flags are left as they were."""
     with _flags_kept():
         try:
-            built, step, samples = _apply("batch_size" if knobs else "", dict(knobs or {}), target, device)
+            name, knobs = ("batch_size", {"batch_size": str(batch)}) if batch else ("", {})
+            built, step, samples = _apply(name, knobs, target, device)
             with built:
                 return measure(step, device, samples).step_us.median
         except Exception:  # noqa: BLE001 - a check beside the fixes, not a result of its own

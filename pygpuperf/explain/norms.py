@@ -11,7 +11,7 @@ price each of the step's batch norms in the new dtype.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,17 +82,13 @@ def time_step_norms(records: Sequence[KernelRecord], training: bool, device: tor
             for shape, last in norm_shapes(records)[:MAX_SHAPES]]
 
 
-def ratio_of(timings: Sequence[NormTiming], record: KernelRecord, to: str, frm: str) -> float | None:
-    """Time in dtype `to` over time in `frm` for this batch-norm kernel: its own shape's timing, else (a
-    shape not timed) the ratio of all timed shapes' times together; None where neither was measured."""
-    key = _layout(record)
-    for t in timings:
-        if key == (tuple(t.shape), t.channels_last):
-            found = t.ratio(to, frm)
-            if found is not None:
-                return found
+def ratios(timings: Sequence[NormTiming], to: str, frm: str) -> Callable[[KernelRecord], float | None]:
+    """Time in dtype `to` over time in `frm` for a batch-norm kernel: its own shape's timing, else (a shape
+    not timed) the ratio of all timed shapes' times together; None where neither was measured."""
     both = [t for t in timings if t.ratio(to, frm) is not None]
-    return sum(t.us[to] for t in both) / sum(t.us[frm] for t in both) if both else None
+    by_layout = {(tuple(t.shape), t.channels_last): t.ratio(to, frm) for t in reversed(both)}
+    overall = sum(t.us[to] for t in both) / sum(t.us[frm] for t in both) if both else None
+    return lambda record: by_layout.get(_layout(record), overall)
 
 
 def _close(value: torch.Tensor | None, reference: torch.Tensor, tolerance: float) -> bool:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from pygpuperf.analyze.kernel_time import KernelTime
-from pygpuperf.core.results import MachineModel
+from pygpuperf.analyze.kernel_time import CardTerms, KernelTime
 from pygpuperf.explain import tiles
 from pygpuperf.explain.model import CallAccesses, KernelRecord
 
@@ -36,26 +36,40 @@ def resident_shares(calls: Sequence[CallAccesses]) -> dict[int, float]:
     return out
 
 
-def kernel_at_batch(record: KernelRecord, scale: float, resident: Mapping[int, float],
-                    weights: set[tuple[int, int]]) -> KernelRecord:
-    """The record's work at `scale` times the batch (forward and backward kernels; others unchanged):
-    `resident` from :func:`resident_shares`, `weights` from :func:`tiles.weight_shapes`."""
-    if scale == 1 or record.phase not in GROWS_WITH_BATCH:
-        return record
-    fixed_share = resident.get(record.call, 0.0) if record.call is not None else 0.0
-    return dataclasses.replace(tiles.at_batch(record, scale, weights), flops=record.flops * scale,
-                               bytes=record.bytes * (fixed_share + (1 - fixed_share) * scale))
+@dataclass(frozen=True)
+class AtBatch:
+    """A step's kernels at `scale` times the batch: each traced call's resident share (from
+    :func:`resident_shares`), the step's weight shapes (:func:`tiles.weight_shapes`), and how a kernel's
+    ramp moves from the card it was measured on to the one it is priced on (the ratio of their ramps beyond
+    their fixed costs; 1 on the same card)."""
 
+    scale: float
+    resident: Mapping[int, float]
+    weights: set[tuple[int, int]]
+    ramp_scale: float = 1.0
 
-def ramp_of(model: MachineModel) -> float:
-    """t0 of the card's main-memory copy sweep, µs (0 where it was not measured)."""
-    main = model.dram_key()
-    fit = model.memory_fits.get(f"{main}.copy") if main else None
-    return fit.latency_us if fit is not None else 0.0
+    @staticmethod
+    def of(records: Sequence[KernelRecord], calls: Sequence[CallAccesses], scale: float,
+           source: CardTerms | None = None, target: CardTerms | None = None) -> "AtBatch":
+        ramp = 1.0
+        if source is not None and target is not None:
+            here, there = (max(t.stream_t0_us - t.fixed_us, 0.0) for t in (source, target))
+            ramp = there / here if here > 0 else 1.0
+        return AtBatch(scale, resident_shares(calls), tiles.weight_shapes(records), ramp)
+
+    def kernel(self, record: KernelRecord) -> KernelRecord:
+        """The record's work at the new batch (forward and backward kernels; others unchanged)."""
+        scale = self.scale
+        if scale == 1 or record.phase not in GROWS_WITH_BATCH:
+            return record
+        fixed_share = self.resident.get(record.call, 0.0) if record.call is not None else 0.0
+        return dataclasses.replace(tiles.at_batch(record, scale, self.weights), flops=record.flops * scale,
+                                   bytes=record.bytes * (fixed_share + (1 - fixed_share) * scale))
 
 
 def kept_ramp(record: KernelRecord, before: KernelTime, t0_us: float) -> float:
-    """µs of the record's time that is its ramp (t0 beyond its fixed cost, up to its excess over its bound)."""
+    """µs of the record's time that is its ramp (the copy sweep's t0, CardTerms.stream_t0_us, beyond its
+    fixed cost, up to its excess over its bound)."""
     excess = record.duration_us - before.total_us
     return min(max(t0_us - before.fixed_us, 0.0), max(excess, 0.0))
 

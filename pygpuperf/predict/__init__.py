@@ -53,7 +53,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.analyze import machine_model
 from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
 from pygpuperf.analyze.kernel_time import CardTerms, KernelTime, card_terms, clock_ratio, kernel_time
-from pygpuperf.explain import attribution, resize, tiles, timeline
+from pygpuperf.explain import attribution, resize, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
 from pygpuperf.explain.model import CallAccesses, Explanation, fitting_batch
 from pygpuperf.explain.model import VECTOR_MATH, KERNEL_CLASSES, OTHER, TENSOR_GEMM, KernelRecord
@@ -169,9 +169,6 @@ class _Pricing:
         timing = kernel_time(work, self.model, self.terms)
         return timing if timing.work_us > 0 else None
 
-    def ramp_beyond_fixed_us(self) -> float:
-        return max(resize.ramp_of(self.model) - self.terms.fixed_us, 0.0)
-
 
 @dataclass
 class _KernelPrice:
@@ -183,23 +180,15 @@ class _KernelPrice:
 RESIDUALS = ("proportional", "latency")  # how the source's excess over the model reaches the target
 
 
-def _ramp_scale(source: _Pricing, target: _Pricing) -> float:
-    """How a kernel's ramp moves from the source card to the target: the ratio of their copy sweeps' ramps,
-    or of their clocks where the target has no measured sweep (a datasheet card)."""
-    here, there = source.ramp_beyond_fixed_us(), target.ramp_beyond_fixed_us()
-    if here <= 0:
-        return 1.0
-    return there / here if resize.ramp_of(target.model) > 0 else clock_ratio(source.model, target.model)
-
-
-def _price(record: KernelRecord, source: _Pricing, target: _Pricing, scale: float, resident: dict[int, float],
-           weights: set[tuple[int, int]], residual_mode: str = "proportional") -> _KernelPrice:
-    """The kernel's time on the target at `scale` times the batch (see the module's formula)."""
+def _price(record: KernelRecord, source: _Pricing, target: _Pricing, batch: resize.AtBatch,
+           residual_mode: str = "proportional") -> _KernelPrice:
+    """The kernel's time on the target at `batch.scale` times the batch (see the module's formula)."""
+    scale = batch.scale
     grows = record.phase in resize.GROWS_WITH_BATCH
     before = source.timing(record)
     if before is None or record.duration_us <= 0:
         return _KernelPrice(record.duration_us * (scale if grows else 1.0), 0.0, "kernels with no bound keep their time")
-    on_target, note = _on_target(resize.kernel_at_batch(record, scale, resident, weights), target.model)
+    on_target, note = _on_target(batch.kernel(record), target.model)
     after = target.timing(on_target)
     if after is None:
         return _KernelPrice(record.duration_us, 0.0,
@@ -209,7 +198,7 @@ def _price(record: KernelRecord, source: _Pricing, target: _Pricing, scale: floa
         excess *= clock_ratio(source.model, target.model)
         return _KernelPrice(after.fixed_us + after.work_us + excess, excess, note)
     if grows and scale != 1:  # a resized kernel keeps its ramp (resize.resized_us)
-        time = resize.resized_us(record, before, after, resize.ramp_of(source.model), _ramp_scale(source, target))
+        time = resize.resized_us(record, before, after, source.terms.stream_t0_us, batch.ramp_scale)
         return _KernelPrice(time, max(time - after.fixed_us - after.work_us, 0.0), note)
     residual = before.residual(record.duration_us)
     time = after.fixed_us + after.work_us * residual
@@ -282,8 +271,7 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     calls = profile.calls
     source_side = _Pricing.of(source, calls)
     target_side = _Pricing.of(target, calls, source)  # each kernel keeps its bytes' split between the levels
-    resident = resize.resident_shares(calls)
-    weights = tiles.weight_shapes(records)
+    at_batch = resize.AtBatch.of(records, calls, scale, source_side.terms, target_side.terms)
     notes: dict[str, int] = {}
     substituted = False
     carried = 0.0
@@ -291,7 +279,7 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     target_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)
     for record, share in zip(records, attribution.exclusive_times(records)):
         cls = record.kernel_class if record.kernel_class in KERNEL_CLASSES else OTHER
-        price = _price(record, source_side, target_side, scale, resident, weights, residual)
+        price = _price(record, source_side, target_side, at_batch, residual)
         factor = price.time_us / record.duration_us if record.duration_us > 0 else 1.0
         source_cat[cls] += share
         target_cat[cls] += share * factor
