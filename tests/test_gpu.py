@@ -4,6 +4,7 @@ Run on a GPU machine with `pytest -m gpu`; they skip elsewhere.
 """
 
 import re
+import statistics
 import subprocess
 import sys
 
@@ -196,6 +197,24 @@ def test_fixed_cost_of_a_kernel_probes():
     assert got["graph"].value <= got["back_to_back"].value * 1.1
     assert got["single"].value > got["duration"].value
     assert got["duration"].params["timer"] == "kernels" and got["launch"].params["timer"] == "host"
+
+
+def test_the_host_launch_probe_is_not_slowed_by_the_kernel_duration_probe_before_it():
+    """latency.kernel.duration traces its kernels; the tracing library it leaves attached would slow every
+    later launch (the launch probe runs after it) unless the next timing releases it. A second duration
+    probe, after the release, still sees its kernels."""
+    backend = PortableBackend()
+    settings = RunSettings(warmup=3, samples=15)
+
+    def launch_ns() -> float:
+        return statistics.median(backend.measure("latency.kernel.launch", GPU, settings).value for _ in range(3))
+
+    before = launch_ns()
+    first = backend.measure("latency.kernel.duration", GPU, settings)
+    after = launch_ns()
+    second = backend.measure("latency.kernel.duration", GPU, settings)
+    assert first.verified and second.verified and 100 < second.value < 1e6, (first.value, second.value)
+    assert after / before < 1.15, f"{before:.0f} ns before the duration probe, {after:.0f} ns after"
 
 
 def test_bandwidth_against_bytes_per_kernel(device_meta):

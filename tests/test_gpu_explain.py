@@ -108,6 +108,16 @@ def test_batch_norm_is_timed_in_each_dtype_and_checked():
     assert timing.ratio("bf16", "fp16") is not None
 
 
+def test_convolutions_are_timed_in_each_dtype_and_checked():
+    from pygpuperf.explain.convs import ConvShape, time_conv
+
+    shape = ConvShape([32, 64, 28, 28], [64, 64, 3, 3], [1, 1], [1, 1], [1, 1], 1, True)
+    timing = time_conv(shape, True, "cuda")
+    assert set(timing.us) == {"fp32", "fp16", "bf16"}, timing.us  # each passed its check against fp32
+    assert all(0 < us < 1e5 for us in timing.us.values())
+    assert timing.us["fp16"] < timing.us["fp32"]  # tensor-core math on half the bytes
+
+
 def _launch_bound_step():
     x = torch.rand(1024, device="cuda") + 0.5
 

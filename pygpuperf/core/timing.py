@@ -166,6 +166,7 @@ class KernelClockTimer(SampleTimer):
 
         synchronize(self._device)
         self._profile.__exit__(None, None, None)
+        traced()  # the trace leaves the tracing library attached: the next timing releases it
         with tempfile.TemporaryDirectory(prefix="pygpuperf-kernels-") as folder:
             path = os.path.join(folder, "trace.json")
             self._profile.export_chrome_trace(path)

@@ -332,12 +332,9 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     if gpu and model.matrix_ceiling("bf16.acc32") is not None:
         # FP32/TF32 math on a card with bf16 matrix units: what AMP would buy (inside the ideal too).
         for i, r in enumerate(records):
-            if (r.kernel_class == TENSOR_GEMM and r.precision.startswith("tf32")) or (
-                    r.kernel_class == VECTOR_MATH and r.precision == "fp32" and r.flops > 0):
-                half = dataclasses.replace(r, kernel_class=TENSOR_GEMM, precision="bf16.acc32", bytes=r.bytes / 2)
-                new_us = pricing.reprice(r, half)
-                if r.duration_us > 0 and new_us < r.duration_us:
-                    take("precision.bf16_unused", i, exclusive[i] * (1 - new_us / r.duration_us))
+            saves = bf16_saving(r, exclusive[i], pricing)
+            if saves > 0:
+                take("precision.bf16_unused", i, saves)
 
     fused_saves, fused_evidence = _fused_optimizer_saving(records, exclusive, calls, pricing)
     if fused_evidence:
@@ -406,6 +403,18 @@ def _modules(records: Sequence[KernelRecord], idx: Sequence[int]) -> list[str]:
         if m and m not in seen:
             seen.append(m)
     return seen[:5]
+
+
+def bf16_saving(record: KernelRecord, exclusive_us: float, pricing: _Pricing) -> float:
+    """Step time an FP32/TF32 GEMM or convolution saves as bf16 matrix math on the card's matrix units, as
+    the kernel model prices it (0 for other kernels, and where it would not be faster)."""
+    r = record
+    if not ((r.kernel_class == TENSOR_GEMM and r.precision.startswith("tf32")) or (
+            r.kernel_class == VECTOR_MATH and r.precision == "fp32" and r.flops > 0)) or r.duration_us <= 0:
+        return 0.0
+    new_us = pricing.reprice(r, dataclasses.replace(r, kernel_class=TENSOR_GEMM, precision="bf16.acc32",
+                                                    bytes=r.bytes / 2))
+    return exclusive_us * (1 - new_us / r.duration_us) if new_us < r.duration_us else 0.0
 
 
 _NOT_STREAMING = re.compile(r"norm|pool|conv", re.I)  # kernels whose NCHW form has its own access pattern

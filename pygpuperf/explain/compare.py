@@ -93,6 +93,10 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
         # One shape (an object) in documents written before every shape was timed.
         explanation.norm_timings = [NormTiming.from_dict(dict(t)) for t in ([timed] if isinstance(timed, Mapping)
                                                                              else timed)]
+    if doc.get("convolution_timing"):
+        from pygpuperf.explain.convs import ConvTiming
+
+        explanation.conv_timings = [ConvTiming.from_dict(dict(t)) for t in doc["convolution_timing"]]
     return explanation
 
 

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, causes, explainer, norms, resize, words
-from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS
+from pygpuperf.explain import attribution, causes, convs, explainer, norms, resize, words
+from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
 
@@ -162,31 +162,50 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
             saves += (evidence["update_kernels"] - 1) * pricing.terms.graph_gap_us
         found = (found if found is not None else explanation.median.timeline.wall_us) - saves
     change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
+    timed = _timed_ratio(explanation, knobs) if name == "amp" else None
     if found is None and change is not None:  # no cause named it: price the change itself
-        found = _predicted_by(explanation, model, change)
-    if name == "amp" and found is not None:
-        found += _norms_in_new_dtype(explanation, knobs)
+        # Kernels timed in both dtypes are priced by their timing (below), not by the kernel model.
+        found = _predicted_by(explanation, model, change if timed is None else
+                              lambda r: None if timed(r) is not None else change(r))
+    elif found is not None and timed is not None:  # the cause's bf16 saving, less what timed kernels take instead
+        records = explanation.median.kernels
+        pricing = causes._Pricing.of(records, explanation.calls, model)
+        found += sum(causes.bf16_saving(r, share, pricing)
+                     for r, share in zip(records, attribution.exclusive_times(records)) if timed(r) is not None)
+    if timed is not None and found is not None:
+        found += _timed_in_new_dtype(explanation, timed)
     floor = explanation.batch_one_step_us
     if found is not None and floor and name not in HOST_WORK_FIXES:
         found = max(found, floor)  # the host's launches set the step there, whatever the device saves
     return found
 
 
-def _norms_in_new_dtype(explanation: Explanation, knobs: Mapping[str, str]) -> float:
-    """µs an AMP dtype change adds to the step's batch norms (negative: saves), each priced by the ratio of
-    the two dtypes' times on its own shape (Explanation.norm_timings; 0 where none was measured)."""
-    timings = explanation.norm_timings
-    if not timings:
-        return 0.0
+def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Callable[[KernelRecord], float | None] | None:
+    """For an AMP dtype fix: each batch-norm or convolution kernel's time in the new dtype over its time now,
+    from its own shape's timing on the device (Explanation.norm_timings, .conv_timings); None for a kernel
+    of neither, or one neither timing covers; None in all when nothing was timed."""
+    if not explanation.norm_timings and not explanation.conv_timings:
+        return None
     now = str(explanation.settings.get("amp", "")).lower()
     to, frm = str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
+    of_norm = norms.ratios(explanation.norm_timings, to, frm)
+    of_conv = convs.ratios(explanation.conv_timings, to, frm)
+
+    def ratio(record: KernelRecord) -> float | None:
+        found = of_norm(record)
+        return found if found is not None else of_conv(record)
+
+    return ratio
+
+
+def _timed_in_new_dtype(explanation: Explanation, ratio: Callable[[KernelRecord], float | None]) -> float:
+    """µs an AMP dtype change adds to the step's timed kernels (negative: saves), each priced by `ratio`."""
     records = explanation.median.kernels
-    ratio_of = norms.ratios(timings, to, frm)
     added = 0.0
     for r, share in zip(records, attribution.exclusive_times(records)):
-        ratio = ratio_of(r) if BATCH_NORM_OPS.search(r.op or "") else None
-        if ratio is not None:
-            added += share * (ratio - 1.0)
+        found = ratio(r)
+        if found is not None:
+            added += share * (found - 1.0)
     return added
 
 
@@ -328,7 +347,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
         trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
                          baseline_samples_per_step=base_samples)
         if name == "amp" and waiver is None and device.type == "cuda":
-            _time_norms(explanation, device)
+            _time_library_ops(explanation, device)
         trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted,
                                                  graph_fuses_optimizer=graph_fuses_optimizer(target))
         if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
@@ -365,17 +384,18 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     return trials
 
 
-def _time_norms(explanation: Explanation, device: torch.device) -> None:
-    """An AMP dtype fix changes which library runs the step's batch norms: time each of its shapes in each
-    dtype (Explanation.norm_timings), once."""
-    if explanation.norm_timings:
-        return
+def _time_library_ops(explanation: Explanation, device: torch.device) -> None:
+    """An AMP dtype fix changes which kernels the libraries run for the step's batch norms and convolutions:
+    time each of their shapes in each dtype (Explanation.norm_timings, .conv_timings), once."""
     records = explanation.median.kernels
     training = any(r.phase == "backward" for r in records)
-    try:
-        explanation.norm_timings = norms.time_step_norms(records, training, device)
-    except RuntimeError:  # out of memory for its tensors: the AMP fix is then priced without it
-        explanation.norm_timings = []
+    for attr, time_all in (("norm_timings", norms.time_step_norms), ("conv_timings", convs.time_step_convs)):
+        if getattr(explanation, attr):
+            continue
+        try:
+            setattr(explanation, attr, time_all(records, training, device))
+        except RuntimeError:  # out of memory for its tensors: the AMP fix is then priced without it
+            setattr(explanation, attr, [])
 
 
 def _timed_build(target: Target, device: torch.device, measure: Callable[..., Throughput],

@@ -10,34 +10,31 @@ price each of the step's batch norms in the new dtype.
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from pygpuperf.core.timing import sample_seconds
+from pygpuperf.explain import dtype_timing
 from pygpuperf.explain.classify import BATCH_NORM_OPS
+from pygpuperf.explain.dtype_timing import DtypeTimes
 from pygpuperf.explain.model import KernelRecord
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 1e-1}  # of the fp32 reference's magnitude
 
 
 @dataclass
-class NormTiming:
+class NormTiming(DtypeTimes):
     """One batch norm (forward, and backward when training) per dtype, in µs, on `shape`."""
 
     shape: list[int]
     channels_last: bool
     training: bool
-    us: dict[str, float] = field(default_factory=dict)  # by dtype key of DTYPES; a dtype that failed is absent
+    us: dict[str, float] = field(default_factory=dict)
 
-    def ratio(self, to: str, frm: str) -> float | None:
-        """Time in dtype `to` over time in dtype `frm`, where both were measured."""
-        a, b = self.us.get(to), self.us.get(frm)
-        return a / b if a and b else None
+    def key(self) -> Hashable:
+        return tuple(self.shape), self.channels_last
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "channels_last": self.channels_last, "training": self.training,
@@ -46,7 +43,7 @@ class NormTiming:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "NormTiming":
         return NormTiming([int(x) for x in d["shape"]], bool(d["channels_last"]), bool(d["training"]),
-                          {str(k): float(v) for k, v in d.get("us", {}).items()})
+                          dtype_timing.us_from_dict(d))
 
 
 # Shapes timed at most: those the step spends most time in.
@@ -82,21 +79,18 @@ def time_step_norms(records: Sequence[KernelRecord], training: bool, device: tor
             for shape, last in norm_shapes(records)[:MAX_SHAPES]]
 
 
+def _key_of(record: KernelRecord) -> Hashable | None:
+    """A batch-norm kernel's (shape, channels_last); () for one whose shape was not recorded; None for others."""
+    if not BATCH_NORM_OPS.search(record.op or ""):
+        return None
+    return _layout(record) or ()
+
+
 def ratios(timings: Sequence[NormTiming], to: str, frm: str) -> Callable[[KernelRecord], float | None]:
-    """Time in dtype `to` over time in `frm` for a batch-norm kernel: its own shape's timing, else (a shape
-    not timed) the ratio of all timed shapes' times together; None where neither was measured."""
-    both = [t for t in timings if t.ratio(to, frm) is not None]
-    by_layout = {(tuple(t.shape), t.channels_last): t.ratio(to, frm) for t in reversed(both)}
-    overall = sum(t.us[to] for t in both) / sum(t.us[frm] for t in both) if both else None
-    return lambda record: by_layout.get(_layout(record), overall)
-
-
-def _close(value: torch.Tensor | None, reference: torch.Tensor, tolerance: float) -> bool:
-    """Finite, and within `tolerance` of the reference's mean magnitude on average."""
-    if value is None or not torch.isfinite(value).all():
-        return False
-    scale = reference.abs().mean().item() or 1.0
-    return (value - reference).abs().mean().item() <= tolerance * scale
+    """Time in dtype `to` over time in `frm` for a batch-norm kernel (None for other kernels): its own shape's
+    timing, else (a shape not timed) the ratio of all timed shapes' times together; None where neither was
+    measured."""
+    return dtype_timing.ratios(timings, _key_of, to, frm)
 
 
 def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, device: torch.device | str,
@@ -112,33 +106,23 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
     weight = torch.rand(channels, device=device, generator=generator) + 0.5
     bias = torch.rand(channels, device=device, generator=generator) - 0.5
     grad = (torch.rand(*shape, device=device, generator=generator) - 0.5).contiguous(memory_format=fmt)
-    timing = NormTiming(list(shape), channels_last, training)
-    reference: tuple[torch.Tensor, torch.Tensor | None] | None = None
-    for key, dtype in DTYPES.items():
-        try:
-            # A leaf of its own per dtype (a cast of a shared leaf would time the cast's backward too), and
-            # gradients returned rather than accumulated: what a training step's batch norm runs.
-            x = base.to(dtype, copy=True).requires_grad_(training)
-            g = grad.to(dtype)
-            w, b = weight.clone().requires_grad_(training), bias.clone().requires_grad_(training)
-            mean, var = torch.zeros(channels, device=device), torch.ones(channels, device=device)
+    mean, var = torch.zeros(channels, device=device), torch.ones(channels, device=device)
 
-            def run() -> tuple[torch.Tensor, torch.Tensor | None]:
-                out = torch.nn.functional.batch_norm(x, mean, var, w, b, training=training)
-                if not training:
-                    return out, None
-                return out, torch.autograd.grad(out, (x, w, b), g)[0]
+    def run_in(dtype: torch.dtype) -> Callable[[], dtype_timing.Outputs]:
+        # A leaf of its own per dtype (a cast of a shared leaf would time the cast's backward too), and
+        # gradients returned rather than accumulated: what a training step's batch norm runs.
+        x = base.to(dtype, copy=True).requires_grad_(training)
+        g = grad.to(dtype)
+        w, b = weight.clone().requires_grad_(training), bias.clone().requires_grad_(training)
 
-            seconds = sample_seconds(run, device, 3, samples)
-            out, dx = run()
-            result = (out.detach().float(), None if dx is None else dx.float())
-            if key == "fp32":
-                reference = result
-            if reference is None:  # no fp32 result to check against: nothing is kept
-                continue
-            if not all(_close(r, ref, TOLERANCE[key]) for r, ref in zip(result, reference) if ref is not None):
-                continue
-            timing.us[key] = statistics.median(seconds) * 1e6
-        except (RuntimeError, TypeError):  # a dtype this device or build cannot run
-            continue
-    return timing
+        def run() -> dtype_timing.Outputs:
+            out = torch.nn.functional.batch_norm(x, mean, var, w, b, training=training)
+            if not training:
+                return out, None
+            return out, torch.autograd.grad(out, (x, w, b), g)[0]
+
+        return run
+
+    reference = [None if o is None else o.detach().float() for o in run_in(torch.float32)()]
+    return NormTiming(list(shape), channels_last, training,
+                      dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples))

@@ -1,0 +1,131 @@
+"""The convolution timing an AMP dtype fix is priced by: the step's shapes read from its profile, each dtype
+timed and checked against fp32, and each convolution kernel of the prediction priced by its shape's ratio."""
+
+import pytest
+import torch
+
+from pygpuperf.core.results import Ceiling, MachineModel
+from pygpuperf.explain import compare, convs, fixes
+from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
+
+# A 3x3 convolution of 64 channels on 8x56x56 in NHWC, as the profiler records it.
+X, W = [8, 64, 56, 56], [64, 64, 3, 3]
+X_STRIDES, W_STRIDES = [200704, 1, 3584, 64], [576, 1, 192, 64]
+FORWARD = ["", "", "[1, 1]", "[1, 1]", "[1, 1]", "1", "False", "False", "True"]  # padding, stride, dilation, groups
+BACKWARD = ["", "", "", "[0]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", "[True, True, False]"]
+
+
+def conv(us, phase="forward", x=X, mask="[True, True, False]", op=None, concrete=None, stride="[1, 1]"):
+    if phase == "forward":
+        shapes, strides = [x, W, [], [], [], [], [], [], []], [X_STRIDES, W_STRIDES] + [[]] * 7
+        concrete = concrete or FORWARD[:3] + [stride] + FORWARD[4:]
+    else:
+        shapes, strides = [x, x, W] + [[]] * 8, [X_STRIDES, X_STRIDES, W_STRIDES] + [[]] * 8
+        concrete = concrete or BACKWARD[:4] + [stride] + BACKWARD[5:10] + [mask]
+    return KernelRecord(name="conv", start_us=0.0, duration_us=us, phase=phase, kernel_class="tensor_gemm",
+                        op=op or ("aten::cudnn_convolution" if phase == "forward" else "aten::convolution_backward"),
+                        precision="fp16.acc32", flops=1e9, bytes=1e6, input_shapes=shapes, input_strides=strides,
+                        concrete_inputs=concrete)
+
+
+def test_each_convolution_is_read_from_its_forward_and_backward_kernels():
+    strided = conv(10.0, stride="[2, 2]")
+    stem_backward = conv(30.0, "backward", mask="[False, True, False]")
+    records = [conv(20.0), strided, conv(50.0, "backward"), stem_backward,
+               KernelRecord(name="mm", start_us=0.0, duration_us=99.0, op="aten::mm")]
+    # The forward and backward of one convolution are one shape; another stride is another.
+    assert convs.conv_key(records[0]) == convs.conv_key(records[2]) != convs.conv_key(strided)
+    assert convs.conv_key(records[0]) == (tuple(X), tuple(W), (1, 1), (1, 1), (1, 1), 1, True)
+    assert convs.conv_key(records[4]) is None
+    shapes = convs.conv_shapes(records)
+    assert [s.stride for s in shapes] == [[1, 1], [2, 2]]  # 100 us against 10: most time first
+    assert shapes[0].channels_last and shapes[0].input_grad  # one of its backwards computes the input's gradient
+    first_layer = convs.conv_shapes([conv(20.0), stem_backward])[0]
+    assert not first_layer.input_grad
+    # A transposed convolution is not timed as one; a convolution missing its arguments is, but by no shape.
+    transposed = conv(5.0, "backward", concrete=BACKWARD[:7] + ["True"] + BACKWARD[8:])
+    assert convs.conv_key(transposed) is None
+    assert convs.conv_key(conv(5.0, concrete=["", ""])) == ()
+
+
+def test_each_dtype_is_timed_and_one_off_the_fp32_reference_is_left_out(monkeypatch):
+    shape = convs.ConvShape([2, 4, 6, 6], [8, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1, True, True)
+    timing = convs.time_conv(shape, True, "cpu", samples=3)
+    assert set(timing.us) == {"fp32", "fp16", "bf16"} and all(us > 0 for us in timing.us.values())
+    monkeypatch.setitem(convs.TOLERANCE, "bf16", 0.0)  # bf16 rounds: no result of it is exactly fp32's
+    checked = convs.time_conv(shape, True, "cpu", samples=3)
+    assert "bf16" not in checked.us and "fp32" in checked.us and checked.ratio("bf16", "fp16") is None
+    # A first layer's backward computes no input gradient (its input needs none): timed so, and still checked.
+    first = convs.time_conv(convs.ConvShape([2, 3, 8, 8], [8, 3, 3, 3], [2, 2], [1, 1], [1, 1], 1, False, False),
+                            True, "cpu", samples=3)
+    assert not first.shape.input_grad and "fp32" in first.us
+
+
+def _step(records, amp):
+    t = 0.0
+    for r in records:
+        r.start_us, t = t, t + r.duration_us
+    line = Timeline(wall_us=t, busy_us=t, idle=Idle())
+    step = ExplainedStep(0, records, line, Waterfall(0.0, {}, t, 0.0, 1.0), [])
+    return Explanation("cuda:0", [step], step, {}, None, {"amp": amp})
+
+
+def _timing(us, x=X, stride=(1, 1)):
+    return convs.ConvTiming(convs.ConvShape(list(x), list(W), list(stride), [1, 1], [1, 1], 1, True), True, us)
+
+
+def test_an_amp_dtype_fix_prices_each_convolution_by_its_own_shapes_time_in_the_new_dtype(tmp_path):
+    model = MachineModel(device="cuda:0")
+    model.compute["tensor.fp16.acc32"] = Ceiling(800.0, "TFLOP/s", "compute.tensor.fp16.acc32", "native-cuda")
+    model.compute["tensor.bf16.acc32"] = Ceiling(800.0, "TFLOP/s", "compute.tensor.bf16.acc32", "native-cuda")
+    model.memory["hbm"] = Ceiling(4700.0, "GB/s", "memory.hbm.copy", "native-cuda")
+    other = [8, 64, 28, 28]
+    e = _step([conv(20.0), conv(50.0, "backward"), conv(30.0, x=other, stride="[2, 2]")], "fp16")
+    without = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None)
+    # The one rate for both dtypes: the kernel model alone sees no change.
+    assert without == pytest.approx(100.0, rel=1e-6)
+    e.conv_timings = [_timing({"fp16": 10.0, "bf16": 12.0})]  # the second shape was not timed: the timed ratio
+    assert fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None) == pytest.approx(100.0 * 1.2)
+    e.conv_timings.append(_timing({"fp16": 4.0, "bf16": 3.0}, other, (2, 2)))
+    assert fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None) == pytest.approx(70.0 * 1.2 + 30.0 * 0.75)
+    # Written to explain.json and read back, the timings price the fix alike.
+    (tmp_path / "explain.json").write_text(__import__("json").dumps(e.to_dict()))
+    back = compare.load_explanation(tmp_path)
+    assert [t.to_dict() for t in back.conv_timings] == [t.to_dict() for t in e.conv_timings]
+
+
+def test_an_fp32_steps_amp_fix_takes_the_timed_convolutions_ratio_instead_of_the_kernel_models_saving():
+    from pygpuperf.explain import findings
+
+    model = MachineModel(device="cuda:0")
+    for key, value in {"tensor.tf32.acc32": 400.0, "tensor.bf16.acc32": 800.0, "cuda.fp32": 60.0}.items():
+        model.compute[key] = Ceiling(value, "TFLOP/s", f"compute.{key}", "native-cuda")
+    model.memory["hbm"] = Ceiling(4700.0, "GB/s", "memory.hbm.copy", "native-cuda")
+    records = [conv(100.0), KernelRecord(name="mm", start_us=0.0, duration_us=100.0, op="aten::mm",
+                                         kernel_class="tensor_gemm", precision="tf32.acc32", flops=2e10, bytes=1e6,
+                                         phase="forward")]
+    records[0].precision, records[0].flops = "tf32.acc32", 2e10
+    e = _step(records, "none")
+    findings.explain_findings(e, {"amp": "none"}, model)
+    by_model = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None)
+    assert by_model < 200.0 - 50.0  # both kernels at twice the rate, by the kernel model
+    e.conv_timings = [_timing({"fp32": 10.0, "fp16": 6.0, "bf16": 9.0})]  # bf16 saves a tenth on this shape
+    timed = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None)
+    saved_on_conv = 200.0 - by_model - (200.0 - by_model) / 2  # the model's saving splits evenly over the two
+    assert timed == pytest.approx(by_model + saved_on_conv - 10.0, rel=1e-6)
+
+
+def test_the_convolutions_are_timed_with_the_steps_own_library_settings_and_these_are_put_back(monkeypatch):
+    before = torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32
+    seen = []
+    real = convs.time_conv
+
+    def spy(shape, training, device, samples=20):
+        seen.append((torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32))
+        return real(convs.ConvShape([1, 64, 4, 4], W, [1, 1], [1, 1], [1, 1], 1, False, True), training, device, 2)
+
+    monkeypatch.setattr(convs, "time_conv", spy)
+    forward = conv(20.0, concrete=FORWARD[:6] + ["True", "False", "False"])  # algorithm search on, TF32 off
+    timed = convs.time_step_convs([forward], False, "cpu")
+    assert seen == [(True, False)] != [before] and len(timed) == 1 and timed[0].us
+    assert (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32) == before
