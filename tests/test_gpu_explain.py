@@ -111,7 +111,7 @@ def test_batch_norm_is_timed_in_each_dtype_and_checked():
 def test_convolutions_are_timed_in_each_dtype_and_checked():
     from pygpuperf.explain.convs import ConvShape, time_conv
 
-    shape = ConvShape([32, 64, 28, 28], [64, 64, 3, 3], [1, 1], [1, 1], [1, 1], 1, True)
+    shape = ConvShape([64, 128, 56, 56], [128, 128, 3, 3], [1, 1], [1, 1], [1, 1], 1, True)
     timing = time_conv(shape, True, "cuda")
     assert set(timing.us) == {"fp32", "fp16", "bf16"}, timing.us  # each passed its check against fp32
     assert all(0 < us < 1e5 for us in timing.us.values())
