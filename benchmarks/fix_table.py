@@ -2,6 +2,9 @@
 
     python benchmarks/fix_table.py OUT.json EXPLAIN.json [...] [--machine-model RESULTS.json]
 
+EXPLAIN.json files are taken in the order given: a fix a later file measured on the same configuration
+replaces an earlier file's row for it.
+
 A fix's error is |predicted - measured| step time as a share of the measured change (baseline -
 measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. Where the
 step as given was timed again after the fixes, each fix's baseline is interpolated between the two
@@ -76,7 +79,13 @@ def main() -> int:
     parser.add_argument("--machine-model", type=Path)
     args = parser.parse_args()
     model = documents.load_results(args.machine_model).machine_model if args.machine_model else None
-    table = [r for p in args.explains for r in rows(p, model)]
+    # A fix measured again on the same configuration in a later file (given in the order they were run)
+    # replaces the earlier row, in its place.
+    latest: dict[tuple[str, str], dict] = {}
+    for p in args.explains:
+        for r in rows(p, model):
+            latest[(r["workload"], r["fix"])] = r
+    table = list(latest.values())
     args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     for r in table:
         if "measured_ms" in r:
