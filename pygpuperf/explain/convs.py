@@ -76,20 +76,22 @@ _ARGS = {
     "aten::_convolution": (0, 1, 3, 4, 5, 8, 6),
     "aten::convolution_backward": (1, 2, 4, 5, 6, 9, 7),
 }
+_OUTPUT_MASK = 10  # convolution_backward's argument saying which gradients it computes
 # The library settings a forward op recorded: (benchmark, allow_tf32) argument positions.
 _SETTINGS = {"aten::cudnn_convolution": (6, 8), "aten::_convolution": (9, 12)}
 
 
 def _ints(text: Any) -> list[int] | None:
+    """An int list as the profiler spells one ("[1, 1]", "1"); None where it is not one."""
+    parts = [x for x in str(text).strip("[] ").split(",") if x.strip()]
     try:
-        value = [int(x) for x in str(text).strip("[] ").split(",")] if str(text).strip("[] ") else []
+        return [int(x) for x in parts]
     except ValueError:
         return None
-    return value
 
 
 def conv_key(record: KernelRecord) -> Hashable | None:
-    """The convolution a kernel belongs to, as :meth:`ConvTiming.key` spells it; () for a convolution whose
+    """The convolution a kernel belongs to, as :meth:`ConvShape.key` spells it; () for a convolution whose
     arguments were not all recorded; None for a kernel of no (2-d, not transposed) convolution op."""
     at = _ARGS.get(record.op or "")
     if at is None:
@@ -115,10 +117,9 @@ def conv_key(record: KernelRecord) -> Hashable | None:
 
 def _input_grad(record: KernelRecord) -> bool | None:
     """A backward convolution's output mask, first entry: whether it computes its input's gradient."""
-    at = 10
-    if record.op != "aten::convolution_backward" or len(record.concrete_inputs) <= at:
+    if record.op != "aten::convolution_backward" or len(record.concrete_inputs) <= _OUTPUT_MASK:
         return None
-    mask = str(record.concrete_inputs[at]).strip("[] ").split(",")
+    mask = str(record.concrete_inputs[_OUTPUT_MASK]).strip("[] ").split(",")
     return mask[0].strip() == "True" if mask and mask[0].strip() else None
 
 

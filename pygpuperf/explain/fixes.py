@@ -167,7 +167,7 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         # Kernels timed in both dtypes are priced by their timing (below), not by the kernel model.
         found = _predicted_by(explanation, model, change if timed is None else
                               lambda r: None if timed(r) is not None else change(r))
-    elif found is not None and timed is not None:  # the cause's bf16 saving, less what timed kernels take instead
+    elif found is not None and timed is not None:  # the cause priced the timed kernels too: that saving goes back
         records = explanation.median.kernels
         pricing = causes._Pricing.of(records, explanation.calls, model)
         found += sum(causes.bf16_saving(r, share, pricing)
