@@ -88,6 +88,18 @@ def test_an_amp_dtype_fix_prices_each_convolution_by_its_own_shapes_time_in_the_
     assert fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None) == pytest.approx(100.0 * 1.2)
     e.conv_timings.append(_timing({"fp16": 4.0, "bf16": 3.0}, other, (2, 2)))
     assert fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None) == pytest.approx(70.0 * 1.2 + 30.0 * 0.75)
+    # --try-fixes says what the prediction took from the timings (the build and timing are stand-ins here).
+    from pygpuperf.core.results import Stats
+    from pygpuperf.explain.model import Throughput
+    from pygpuperf.workloads import BuiltWorkload
+
+    target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 4, {}), lambda k: True, 4)
+    trial = fixes.try_fixes(e, model, target, "cuda", only=["amp"],
+                            measure=lambda step, device, samples: Throughput(Stats.of([10.0 if samples == 1 else 110.0] * 3),
+                                                                             samples))[0]  # batch 1: 10 us
+    assert trial.status == "measured" and trial.predicted_step_us == pytest.approx(70.0 * 1.2 + 30.0 * 0.75)
+    assert "convolutions: 2 shapes timed in both dtypes on this device; the step's convolutions 0.10 → 0.11 ms " \
+           "in bf16" in trial.notes
     # Written to explain.json and read back, the timings price the fix alike.
     (tmp_path / "explain.json").write_text(__import__("json").dumps(e.to_dict()))
     back = compare.load_explanation(tmp_path)

@@ -180,22 +180,52 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
     return found
 
 
+def _amp_dtypes(explanation: Explanation, knobs: Mapping[str, str]) -> tuple[str, str]:
+    """(the AMP fix's dtype, the step's dtype now: fp32 where it runs no autocast)."""
+    now = str(explanation.settings.get("amp", "")).lower()
+    return str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
+
+
+def _timed_families(explanation: Explanation, knobs: Mapping[str, str]
+                    ) -> list[tuple[str, int, Callable[[KernelRecord], float | None]]]:
+    """(op family, shapes timed, each of its kernels' time in the AMP fix's dtype over its time now) for the
+    families timed on the device (Explanation.norm_timings, .conv_timings)."""
+    to, frm = _amp_dtypes(explanation, knobs)
+    return [(what, len(timings), ratios(timings, to, frm)) for what, timings, ratios in (
+        ("batch norms", explanation.norm_timings, norms.ratios),
+        ("convolutions", explanation.conv_timings, convs.ratios)) if timings]
+
+
 def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Callable[[KernelRecord], float | None] | None:
     """For an AMP dtype fix: each batch-norm or convolution kernel's time in the new dtype over its time now,
-    from its own shape's timing on the device (Explanation.norm_timings, .conv_timings); None for a kernel
-    of neither, or one neither timing covers; None in all when nothing was timed."""
-    if not explanation.norm_timings and not explanation.conv_timings:
+    from its own shape's timing on the device; None for a kernel of neither, or one no timing covers; None
+    in all when nothing was timed."""
+    families = [ratio for _, _, ratio in _timed_families(explanation, knobs)]
+    if not families:
         return None
-    now = str(explanation.settings.get("amp", "")).lower()
-    to, frm = str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
-    of_norm = norms.ratios(explanation.norm_timings, to, frm)
-    of_conv = convs.ratios(explanation.conv_timings, to, frm)
 
     def ratio(record: KernelRecord) -> float | None:
-        found = of_norm(record)
-        return found if found is not None else of_conv(record)
+        return next((found for found in (of(record) for of in families) if found is not None), None)
 
     return ratio
+
+
+def _timed_note(explanation: Explanation, knobs: Mapping[str, str]) -> list[str]:
+    """The evidence an AMP fix's prediction takes from the device timings: each timed family's kernels now
+    and in the new dtype."""
+    records = explanation.median.kernels
+    shares = attribution.exclusive_times(records)
+    notes = []
+    for what, count, ratio in _timed_families(explanation, knobs):
+        now = after = 0.0
+        for r, share in zip(records, shares):
+            found = ratio(r)
+            if found is not None:
+                now, after = now + share, after + share * found
+        if now > 0:
+            notes.append(f"{what}: {count} shapes timed in both dtypes on this device; the step's {what} "
+                         f"{now / 1e3:.2f} → {after / 1e3:.2f} ms in {knobs.get('amp', '')}")
+    return notes
 
 
 def _timed_in_new_dtype(explanation: Explanation, ratio: Callable[[KernelRecord], float | None]) -> float:
@@ -350,6 +380,8 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
             _time_library_ops(explanation, device)
         trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted,
                                                  graph_fuses_optimizer=graph_fuses_optimizer(target))
+        if name == "amp" and trial.predicted_step_us is not None:
+            trial.notes += _timed_note(explanation, knobs)
         if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
             trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
                                "the host's own work per step, which this fix keeps")
