@@ -141,3 +141,20 @@ def test_the_convolutions_are_timed_with_the_steps_own_library_settings_and_thes
     timed = convs.time_step_convs([forward], False, "cpu")
     assert seen == [(True, False)] != [before] and len(timed) == 1 and timed[0].us
     assert (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32) == before
+
+
+def test_a_shape_that_cannot_run_leaves_the_other_shapes_timed(monkeypatch):
+    real = torch.nn.functional.conv2d
+    big = [2, 8, 6, 6]
+
+    def short_of_memory(x, w, **kwargs):
+        if list(x.shape) == big:
+            raise torch.OutOfMemoryError("out of memory")
+        return real(x, w, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "conv2d", short_of_memory)
+    shapes = [convs.ConvShape(big, [8, 8, 3, 3], [1, 1], [1, 1], [1, 1], 1, False),
+              convs.ConvShape([2, 4, 6, 6], [8, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1, False)]
+    monkeypatch.setattr(convs, "conv_shapes", lambda records: shapes)
+    timed = convs.time_step_convs([], True, "cpu", samples=2)
+    assert [t.us for t in timed][0] == {} and set(timed[1].us) == {"fp32", "fp16", "bf16"}

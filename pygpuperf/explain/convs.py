@@ -210,7 +210,7 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
     tf32 = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = False
     try:
-        reference = [None if o is None else o.detach().float() for o in run_in(torch.float32)()]
+        reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     finally:
         torch.backends.cudnn.allow_tf32 = tf32
     return ConvTiming(shape, training, dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples))

@@ -51,11 +51,22 @@ def close(value: torch.Tensor | None, reference: torch.Tensor, tolerance: float)
     return (value - reference).abs().mean().item() <= tolerance * scale
 
 
-def time_in_dtypes(run_in: Callable[[torch.dtype], Callable[[], Outputs]], reference: Outputs,
+def reference_outputs(run: Callable[[], Outputs]) -> list[torch.Tensor | None] | None:
+    """`run`'s outputs in fp32, to check each dtype against; None where it cannot run (out of memory)."""
+    try:
+        return [None if o is None else o.detach().float() for o in run()]
+    except (RuntimeError, TypeError):
+        return None
+
+
+def time_in_dtypes(run_in: Callable[[torch.dtype], Callable[[], Outputs]], reference: Outputs | None,
                    tolerance: Mapping[str, float], device: torch.device, samples: int) -> dict[str, float]:
     """Median µs of `run_in(dtype)()` in each dtype, timed after 3 warm-ups; a dtype whose outputs are off
-    `reference` by more than its `tolerance`, or that cannot run here, is left out."""
+    `reference` by more than its `tolerance`, or that cannot run here, is left out (all are, without a
+    reference)."""
     us: dict[str, float] = {}
+    if reference is None:
+        return us
     for key, dtype in DTYPES.items():
         try:
             run = run_in(dtype)

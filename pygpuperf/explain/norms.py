@@ -123,6 +123,6 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
 
         return run
 
-    reference = [None if o is None else o.detach().float() for o in run_in(torch.float32)()]
+    reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     return NormTiming(list(shape), channels_last, training,
                       dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples))
