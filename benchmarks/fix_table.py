@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from pygpuperf.core import documents
@@ -72,6 +73,12 @@ def rows(path: Path, model=None) -> list[dict]:
     return out
 
 
+def _run_of(path: Path) -> str:
+    """The run an explain.json came from: its nearest folder named like a device run (fixes13), else its
+    configuration's folder."""
+    return next((p.name for p in path.parents if re.fullmatch(r"fixes\d+", p.name)), path.parent.name)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -82,9 +89,12 @@ def main() -> int:
     # A fix measured again on the same configuration in a later file (given in the order they were run)
     # replaces the earlier row, in its place.
     latest: dict[tuple[str, str], dict] = {}
+    repeats: dict[tuple[str, str], list[tuple[str, float]]] = {}
     for p in args.explains:
         for r in rows(p, model):
             latest[(r["workload"], r["fix"])] = r
+            if "measured_change_ms" in r:
+                repeats.setdefault((r["workload"], r["fix"]), []).append((_run_of(p), r["measured_change_ms"]))
     table = list(latest.values())
     args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     for r in table:
@@ -102,6 +112,11 @@ def main() -> int:
     for fix in sorted({r["fix"] for r in measurable}):
         of = [r for r in measurable if r["fix"] == fix]
         print(f"  {fix}: {sum(r['right'] for r in of)} of {len(of)} measurable changes within 25 %")
+    again = {key: runs for key, runs in repeats.items() if len(runs) > 1}
+    if again:
+        print("measured in more than one run (ms saved per step, at the baseline's batch):")
+        for (workload, fix), runs in again.items():
+            print(f"  {workload:40s} {fix:18s} " + ", ".join(f"{run} {change:+.2f}" for run, change in runs))
     print(f"{len(scored)} fix x workload pairs with a prediction, {sum(r['right'] for r in scored)} right; "
           f"{len(measurable)} with a change beyond the noise, {sum(r['right'] for r in measurable)} of those within "
           "25 % of the measured change")

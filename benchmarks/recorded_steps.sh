@@ -8,24 +8,21 @@ cd "$(dirname "$0")/.."
 R=benchmarks/results/nvidia-h200_2026-12-01
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The runs in order; a configuration run again later (the same folder name) is taken from its latest run.
-# fixes10 is left out: its profiles lost the op calls of their kernels (see NOTES, 2026-12-01, late).
-# fixes12 tried only the AMP fix on two configurations: the fix table takes each fix from the latest run
-# that measured it, and the cause coverage each configuration's latest profile.
+# The runs in order. The fix table takes each fix from the latest run that measured it on the configuration
+# (and lists the fixes measured in more than one run); the cause coverage takes each configuration's latest
+# profile. fixes10 is left out: its profiles lost the op calls of their kernels (see NOTES, 2026-12-01,
+# late). Runs before fixes11 timed their fixes with the tracing library attached.
 runs=(fixes2 fixes4 fixes5 fixes6 fixes7 fixes8 fixes9 fixes11 fixes12 fixes13 fixes14 fixes15)
-declare -A latest order config
-n=0
+declare -A config
+profiles=()
 for run in "${runs[@]}"; do
   mkdir -p "$work/$run" && tar -xzf "${R}_$run.tar.gz" -C "$work/$run"
   while IFS= read -r p; do
+    profiles+=("$p")
     folder=$(basename "$(dirname "$p")")
-    latest["$folder"]="$p"; order["$folder"]=$((n += 1))
     config["${folder%%_--try-fixes*}"]="$p"
   done < <(find "$work/$run" -path "*/fixes/*/explain.json" | sort)
 done
-profiles=()  # in the order they were run: a later run's fix replaces an earlier one's
-while IFS= read -r folder; do profiles+=("${latest[$folder]}"); done < <(
-  for f in "${!latest[@]}"; do echo "${order[$f]} $f"; done | sort -n | cut -d' ' -f2-)
 steps=()
 while IFS= read -r key; do steps+=("${config[$key]}"); done < <(printf '%s\n' "${!config[@]}" | sort)
 out="${1:?OUTDIR}"
