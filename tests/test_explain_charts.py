@@ -166,7 +166,7 @@ def test_an_empty_step_still_charts_and_renders(tmp_path: Path):
     e = Explanation("cpu", [step], step)
     assert kernel_groups(e) == [] and kernel_points(e) == []
     assert [b.name for b in waterfall_bars(e)] == [IDEAL, attribution.IDLE_HOST, attribution.UNEXPLAINED, MEASURED]
-    names = [p.name for p in write_explain_report(e, tmp_path, model())]
+    names = [p.name for p in write_explain_report(e, tmp_path, model()).paths]
     assert names == ["waterfall.png", "waterfall.svg", "kernel_roofline.png", "kernel_roofline.svg", "explain.html"]
     text = "".join(_parse((tmp_path / "explain.html").read_text(encoding="utf-8")).text)
     assert "No op ran in the step." in text and "No op ran faster than its roofline bound" in text  # a CPU step
@@ -391,7 +391,7 @@ def test_section_without_a_machine_model_and_with_fewer_rows():
 
 
 def test_write_explain_report_writes_charts_and_page(tmp_path: Path):
-    paths = write_explain_report(explanation(), tmp_path, model())
+    paths = write_explain_report(explanation(), tmp_path, model()).paths
     assert [p.name for p in paths] == ["waterfall.png", "waterfall.svg", "kernel_roofline.png",
                                        "kernel_roofline.svg", "explain.html"]
     assert all(p.stat().st_size > 5_000 for p in paths)

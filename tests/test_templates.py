@@ -279,7 +279,7 @@ def test_no_chart_goes_through_a_temporary_file(monkeypatch, tmp_path: Path):
                         else read_text(self, *a, **k))
     from pygpuperf.predict import predict
 
-    written, docs = write_prediction_report([predict(_explanation(), _model(), _model(hbm=2000.0))], {}, tmp_path)
+    docs = write_prediction_report([predict(_explanation(), _model(), _model(hbm=2000.0))], {}, tmp_path).docs
     monkeypatch.undo()
     svg = (tmp_path / "prediction.svg").read_text(encoding="utf-8")
     page = (tmp_path / "prediction.html").read_text(encoding="utf-8")

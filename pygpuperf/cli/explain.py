@@ -111,7 +111,7 @@ def run(argv: list[str] | None = None) -> int:
         if args.try_fixes:
             explanation.fixes = fixes.try_fixes(explanation, model, _fix_target(args, device, knobs, built), device,
                                                 only=_fix_names(args.try_fixes))
-        paths = explained.write_explained(explanation, dict(built.params), model, folder.path, echo=_echo(args))
+        paths = explained.write_explained(explanation, dict(built.params), model, folder.path, echo=_echo(args)).paths
     if args.json:
         sys.stdout.write(paths[0].read_text(encoding="utf-8") + "\n")
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
@@ -271,7 +271,7 @@ def _compare_into(out: Path, args: argparse.Namespace, device: torch.device, mod
         with built:
             explanation = explainer.explain_built(built, model, device, steps=args.steps)
         say(f"== {label}")
-        paths += explained.write_explained(explanation, dict(built.params), model, out / _slug(label), echo=say)
+        paths += explained.write_explained(explanation, dict(built.params), model, out / _slug(label), echo=say).paths
         configs.append(compare.Config(label, explanation, built.samples_per_step, dict(built.params)))
     comparison = compare.compare(configs)
     say("== comparison")

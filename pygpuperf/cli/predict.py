@@ -165,8 +165,8 @@ def _predict_and_write(args: argparse.Namespace, profiles: list[Explanation], so
     if out:
         from pygpuperf.report.predict_report import write_prediction_report
 
-        written, _ = write_prediction_report(predictions, prices, out)
-        print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+        report = write_prediction_report(predictions, prices, out)
+        print("wrote " + ", ".join(str(p) for p in report.paths), file=sys.stderr)
     return 0
 
 

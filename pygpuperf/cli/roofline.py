@@ -222,7 +222,7 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
     started = time.monotonic()
     folder = out / "explain"
     console.print(f"explained step of {escape(name)}:", highlight=False)
-    written, explain_charts = explained.draw_explained(
+    written, explain_charts = explained.write_explained(
         explanation, settings, results, folder, echo=lambda text: console.print(text, highlight=False, markup=False),
         echo_findings=False)  # the run's summary lists them with the rest
     phases["explain_written"] = round(time.monotonic() - started, 2)
@@ -241,7 +241,7 @@ def _predict_model(explanation, results: Results, cards: list[str], folder: Path
     """The explained step re-priced on datasheet cards: prediction.json/png/html beside explain.json."""
     from pygpuperf import predict
     from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, load_model
-    from pygpuperf.report.predict_report import draw_prediction_report
+    from pygpuperf.report.predict_report import write_prediction_report
 
     source = results.device_name() or "this device"
     predictions = sorted((predict.predict(explanation, results.machine_model, card.model, source_name=source,
@@ -251,7 +251,7 @@ def _predict_model(explanation, results: Results, cards: list[str], folder: Path
     for p in predictions:
         console.print(f"predicted on {escape(p.target)}: {p.throughput:,.0f} samples/s ({p.ratio_to_source:.2f}x)",
                       highlight=False)
-    return draw_prediction_report(predictions, {}, folder)
+    return write_prediction_report(predictions, {}, folder)
 
 
 def _failure(what: str, exc: BaseException, fix: str) -> Finding:

@@ -10,7 +10,7 @@ profile autoescaped (kernel and op names come from someone else's code).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from pygpuperf.explain import attribution, words
 from pygpuperf.explain.model import Explanation
@@ -150,17 +150,16 @@ def write_explain_html(explanation: Explanation, results: Results | MachineModel
     return path
 
 
+class ExplainReport(NamedTuple):
+    paths: list[Path]  # the files written
+    charts: dict[str, str | None]  # each chart's page markup (as draw_explain_charts gives it), drawn once
+
+
 def write_explain_report(explanation: Explanation, out_dir: Path,
-                         machine: Results | MachineModel | None = None) -> list[Path]:
-    """Into out_dir: waterfall.png/.svg, kernel_roofline.png/.svg (with a machine model) and explain.html."""
-    return draw_explain_report(explanation, out_dir, machine)[0]
-
-
-def draw_explain_report(explanation: Explanation, out_dir: Path, machine: Results | MachineModel | None = None
-                        ) -> tuple[list[Path], dict[str, str | None]]:
-    """:func:`write_explain_report`, and the charts' page markup (as draw_explain_charts gives it) for another
-    page that shows the same section: each chart is drawn once."""
+                         machine: Results | MachineModel | None = None) -> ExplainReport:
+    """Into out_dir: waterfall.png/.svg, kernel_roofline.png/.svg (with a machine model) and explain.html,
+    with the charts' markup for another page that shows the same section."""
     out_dir = Path(out_dir)
     written, charts = draw_explain_charts(explanation, out_dir, machine)
     written.append(write_explain_html(explanation, machine, out_dir / "explain.html", charts))
-    return written, charts
+    return ExplainReport(written, charts)

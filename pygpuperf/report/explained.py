@@ -13,7 +13,7 @@ from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import explainer, findings, fixes
 from pygpuperf.explain.model import Explanation
 from pygpuperf.explain.model import KernelRecord
-from pygpuperf.report.explain_html import draw_explain_report
+from pygpuperf.report.explain_html import ExplainReport, write_explain_report
 
 
 def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
@@ -33,26 +33,20 @@ def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
 
 
 def write_explained(explanation: Explanation, settings: dict[str, str], model: MachineModel | Any, out: Path,
-                    echo: Callable[[str], None] = print, echo_findings: bool = True) -> list[Path]:
+                    echo: Callable[[str], None] = print, echo_findings: bool = True) -> ExplainReport:
     """Find what the step says (pygpuperf.explain.findings) and write everything about it into `out`:
     explain.json (settings and findings included), kernels.csv, findings.json, waterfall.png/.svg,
-    kernel_roofline.png/.svg and explain.html. `model` is the machine model or the Results holding it;
-    `echo` gets the waterfall (and, with `echo_findings`, the findings) as text."""
-    return draw_explained(explanation, settings, model, out, echo, echo_findings)[0]
-
-
-def draw_explained(explanation: Explanation, settings: dict[str, str], model: MachineModel | Any, out: Path,
-                   echo: Callable[[str], None] = print, echo_findings: bool = True
-                   ) -> tuple[list[Path], dict[str, str | None]]:
-    """:func:`write_explained`, and its charts' page markup for report.html (each chart drawn once)."""
+    kernel_roofline.png/.svg and explain.html, with the charts' markup for report.html. `model` is the
+    machine model or the Results holding it; `echo` gets the waterfall (and, with `echo_findings`, the
+    findings) as text."""
     machine = getattr(model, "machine_model", model)
     explanation.settings = dict(settings)
     explanation.findings = findings.explain_findings(explanation, settings, machine)
     echo("\n".join(explainer.summary_lines(explanation) + fixes.fix_lines(explanation.fixes)
                    + (findings.finding_lines(explanation.findings) if echo_findings else [])))
     paths = write_outputs(explanation, out)
-    written, charts = draw_explain_report(explanation, out, model)
+    written, charts = write_explain_report(explanation, out, model)
     paths += written
     path = out / "findings.json"
     documents.write_document(path, [dataclasses.asdict(f) for f in explanation.findings], "findings", "findings.json")
-    return [*paths, path], charts
+    return ExplainReport([*paths, path], charts)

@@ -8,7 +8,7 @@ through the templates in report/templates; report.html renders the same section 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import matplotlib
 
@@ -99,17 +99,16 @@ def prediction_html(predictions: Sequence[Prediction | Mapping[str, Any]], svg: 
     return templating.render("prediction.html.j2", title=f"pygpuperf predict: {view['source']}", prediction=view)
 
 
+class PredictionReport(NamedTuple):
+    paths: list[Path]  # the files written
+    docs: list[dict[str, Any]]  # prediction.json's documents
+    svg: str | None  # the chart's page markup, for another page that shows it (drawn once)
+
+
 def write_prediction_report(predictions: Sequence[Prediction], prices: dict[str, float],
-                            out: Path) -> tuple[list[Path], list[dict[str, Any]]]:
-    """prediction.json, prediction.png, prediction.svg and prediction.html in `out`; returns them and
-    prediction.json's documents, for a report that shows them too. The chart is drawn once."""
-    written, docs, _ = draw_prediction_report(predictions, prices, out)
-    return written, docs
-
-
-def draw_prediction_report(predictions: Sequence[Prediction], prices: dict[str, float],
-                           out: Path) -> tuple[list[Path], list[dict[str, Any]], str]:
-    """:func:`write_prediction_report`, and the chart's page markup for another page that shows it."""
+                            out: Path) -> PredictionReport:
+    """prediction.json, prediction.png, prediction.svg and prediction.html in `out`, with what a report that
+    shows them too needs."""
     out = Path(out)
     data = out / "prediction.json"
     docs = prediction_documents(predictions, prices)
@@ -117,4 +116,4 @@ def draw_prediction_report(predictions: Sequence[Prediction], prices: dict[str, 
     written, svg = drawn("prediction", lambda: prediction_figure(docs), out / "prediction.png", out / "prediction.svg")
     page = out / "prediction.html"
     page.write_text(prediction_html(docs, svg), encoding="utf-8")
-    return [data, *written, page], docs, svg
+    return PredictionReport([data, *written, page], docs, svg)
