@@ -177,3 +177,26 @@ def test_a_workload_placed_again_without_kernel_bounds_is_placed_by_its_counted_
     assert conclude.KERNEL_MODEL_NOTE not in w.notes and "estimate" in w.notes
     assert w.attainable_tflops != by_bounds
     assert "at its intensity" in conclude.workload_findings(w, r.machine_model)[0].title
+
+
+def test_a_step_that_outruns_the_librarys_figure_is_held_against_the_units_own():
+    """A CPU's oneDNN convolutions can beat the BLAS probe's GEMM rate: the step is then no longer placed
+    above its roof, and the finding says why its ceiling changed."""
+    from pygpuperf.analyze import conclude
+    from pygpuperf.core.results import Ceiling, MachineModel
+
+    model = MachineModel(device="cpu")
+    model.compute["library.fp32"] = Ceiling(0.224, "TFLOP/s", "compute.library.fp32", "torch-cpu")
+    model.compute["simd.fp32"] = Ceiling(0.531, "TFLOP/s", "compute.simd.fp32", "native-cpu")
+    model.memory["dram"] = Ceiling(49.3, "GB/s", "memory.dram.copy", "native-cpu")
+
+    def placed(achieved):
+        w = WorkloadResult("cnn", "cpu", {"precision": "fp32"}, Stats.of([0.05]), 320.0, achieved * 0.05e12,
+                           achieved * 0.05e12 / 18.7, achieved, 18.7)
+        return conclude.place_workload(w, model, kernel_bound_us=29_836.0)
+
+    slow = placed(0.1)
+    assert slow.compute_ceiling == "library.fp32" and conclude.LIBRARY_OUTRUN_NOTE not in slow.notes
+    fast = placed(0.237)
+    assert fast.compute_ceiling == "simd.fp32" and fast.fraction_of_attainable <= 1.0
+    assert "placed against simd.fp32" in conclude.workload_findings(fast, model)[0].suggestion

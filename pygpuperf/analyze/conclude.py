@@ -10,7 +10,7 @@ from pygpuperf.analyze import diagnostics
 from pygpuperf.analyze import hierarchy
 from pygpuperf.analyze import transfers
 from pygpuperf.core.units import format_bytes
-from pygpuperf.core.results import (NOISY_CV, Finding, MachineModel, Measurement, Results, WorkloadResult,
+from pygpuperf.core.results import (NOISY_CV, Ceiling, Finding, MachineModel, Measurement, Results, WorkloadResult,
                                     best_per_backend, is_series_point, lower_is_better)
 from pygpuperf.analyze.machine_model import build_machine_model
 from pygpuperf.facts import peaks
@@ -234,9 +234,19 @@ def place_workload(workload: WorkloadResult, model: MachineModel,
     (pygpuperf.analyze.kernel_time: fixed costs, waves, reuse-aware bytes), what the roofline allows is
     the step's FLOPs over that time; without it, the step's counted intensity against the roofs."""
     label = str(workload.params.get("precision", "fp32"))
-    # The library's figure first: a model's GEMMs and convolutions run through cuBLAS/cuDNN/oneDNN.
-    found = (model.matrix_ceiling(_WORKLOAD_PRECISION[label], prefer_library=True) if label in _WORKLOAD_PRECISION
-             else model.vector_ceiling("fp32", prefer_library=True))
+
+    def ceiling(prefer_library: bool) -> tuple[str, Ceiling] | None:
+        return (model.matrix_ceiling(_WORKLOAD_PRECISION[label], prefer_library=prefer_library)
+                if label in _WORKLOAD_PRECISION else model.vector_ceiling("fp32", prefer_library=prefer_library))
+
+    # The library's figure first: a model's GEMMs and convolutions run through cuBLAS/cuDNN/oneDNN. A step
+    # that outruns it (a convolution library beating the GEMM probe's shapes) shows it is no ceiling there:
+    # the units' own figure is, where it is higher.
+    library, units = ceiling(True), ceiling(False)
+    outrun = (library is not None and units is not None and workload.achieved_tflops > library[1].value
+              and units[1].value > library[1].value)
+    found = units if outrun else library
+    workload.notes = [n for n in workload.notes if n != LIBRARY_OUTRUN_NOTE] + ([LIBRARY_OUTRUN_NOTE] if outrun else [])
     if found is not None:
         workload.compute_ceiling = found[0]
     workload.memory_ceiling = model.dram_key()
@@ -254,6 +264,8 @@ def place_workload(workload: WorkloadResult, model: MachineModel,
     return workload
 
 
+LIBRARY_OUTRUN_NOTE = ("compute_ceiling: the units' own figure, not the library's: the step ran faster than the "
+                       "library's measured rate")
 KERNEL_MODEL_NOTE = ("attainable_tflops: the step's FLOPs over the sum of the bounds the kernel-time model gives its "
                      "kernels or ops (fixed cost each, waves, bytes by the cache level that serves them)")
 
@@ -282,6 +294,10 @@ def workload_findings(workload: WorkloadResult, model: MachineModel) -> list[Fin
     suggestion = (f"Most of the step is not matmul/conv arithmetic at full rate: look at elementwise and "
                   f"normalization {units}, {gaps} and data layout (the explained step below says which)."
                   if pct < 30 else "")
+    if LIBRARY_OUTRUN_NOTE in workload.notes:
+        suggestion = " ".join(filter(None, (suggestion, (
+            f"The step ran faster than the library's measured rate, so it is placed against "
+            f"{workload.compute_ceiling}: the library probe's shapes run slower than this step's ops."))))
     return [Finding(severity, title, evidence, suggestion)]
 
 
