@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from pygpuperf.core import torch_flags
 from pygpuperf.explain import dtype_timing
 from pygpuperf.explain.dtype_timing import DtypeTimes
 from pygpuperf.explain.model import KernelRecord
@@ -90,9 +91,14 @@ def _ints(text: Any) -> list[int] | None:
         return None
 
 
-def conv_key(record: KernelRecord) -> Hashable | None:
-    """The convolution a kernel belongs to, as :meth:`ConvShape.key` spells it; () for a convolution whose
-    arguments were not all recorded; None for a kernel of no (2-d, not transposed) convolution op."""
+# A kernel of a convolution op whose arguments were not all recorded: timed by no shape of its own.
+_UNRECORDED = ()
+
+
+def _shape_of(record: KernelRecord) -> ConvShape | tuple[()] | None:
+    """The convolution a kernel belongs to; :data:`_UNRECORDED` for a convolution whose arguments were not
+    all recorded; None for a kernel of no (2-d, not transposed) convolution op. Its input_grad is left at
+    the default (:func:`conv_shapes` reads it off the backward kernels)."""
     at = _ARGS.get(record.op or "")
     if at is None:
         return None
@@ -104,15 +110,22 @@ def conv_key(record: KernelRecord) -> Hashable | None:
         transposed = str(concrete[at[6]]) == "True" if at[6] is not None else False
         strides = record.input_strides[at[0]]
     except (IndexError, TypeError):
-        return ()
+        return _UNRECORDED
     if transposed:
         return None
     if not (isinstance(x, list) and len(x) == 4 and isinstance(w, list) and len(w) == 4 and all(
             isinstance(v, int) and v > 0 for v in (*x, *w)) and stride and padding and dilation and groups):
-        return ()
+        return _UNRECORDED
     last = isinstance(strides, list) and len(strides) == 4 and strides[1] == 1 and x[1] > 1
-    two = lambda v: tuple(v * 2 if len(v) == 1 else v)  # noqa: E731 - one value stands for both dims
-    return tuple(x), tuple(w), two(stride), two(padding), two(dilation), groups[0], last
+    two = lambda v: list(v * 2 if len(v) == 1 else v)  # noqa: E731 - one value stands for both dims
+    return ConvShape(list(x), list(w), two(stride), two(padding), two(dilation), groups[0], last)
+
+
+def conv_key(record: KernelRecord) -> Hashable | None:
+    """The convolution a kernel belongs to, as :meth:`ConvShape.key` spells it; () for a convolution whose
+    arguments were not all recorded; None for a kernel of no (2-d, not transposed) convolution op."""
+    shape = _shape_of(record)
+    return shape.key() if isinstance(shape, ConvShape) else shape
 
 
 def _input_grad(record: KernelRecord) -> bool | None:
@@ -135,21 +148,20 @@ def _library_settings(records: Sequence[KernelRecord]) -> tuple[bool, bool] | No
 def conv_shapes(records: Sequence[KernelRecord]) -> list[ConvShape]:
     """Each convolution the step runs, most time (forward and backward) first."""
     spent: dict[Hashable, float] = {}
+    shapes: dict[Hashable, ConvShape] = {}
     grads: dict[Hashable, bool] = {}
     for r in records:
-        key = conv_key(r)
-        if not key:
+        shape = _shape_of(r)
+        if not isinstance(shape, ConvShape):
             continue
+        key = shape.key()
+        shapes.setdefault(key, shape)
         spent[key] = spent.get(key, 0.0) + r.duration_us
         wants = _input_grad(r)
         if wants is not None:
             grads[key] = grads.get(key, False) or wants
-    out = []
-    for key, _ in sorted(spent.items(), key=lambda kv: -kv[1]):
-        x, w, stride, padding, dilation, groups, last = key  # type: ignore[misc]
-        out.append(ConvShape(list(x), list(w), list(stride), list(padding), list(dilation), groups, last,
-                             grads.get(key, True)))
-    return out
+    return [dataclasses.replace(shapes[key], input_grad=grads.get(key, True))
+            for key, _ in sorted(spent.items(), key=lambda kv: -kv[1])]
 
 
 def ratios(timings: Sequence[ConvTiming], to: str, frm: str) -> Callable[[KernelRecord], float | None]:
@@ -163,14 +175,13 @@ def time_step_convs(records: Sequence[KernelRecord], training: bool, device: tor
     """:func:`time_conv` of each of the step's convolution shapes (the :data:`MAX_SHAPES` it spends most time
     in), with the library settings the step ran them with."""
     settings = _library_settings(records)
-    flags = torch.backends.cudnn
-    before = flags.benchmark, flags.allow_tf32
+    restores = [] if settings is None else [torch_flags.set_attribute(torch.backends.cudnn, "benchmark", settings[0]),
+                                            torch_flags.set_cudnn_tf32(settings[1])]
     try:
-        if settings is not None:
-            flags.benchmark, flags.allow_tf32 = settings
         return [time_conv(shape, training, device, samples) for shape in conv_shapes(records)[:MAX_SHAPES]]
     finally:
-        flags.benchmark, flags.allow_tf32 = before
+        for restore in reversed(restores):
+            restore()
 
 
 def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samples: int = 20) -> ConvTiming:
@@ -207,10 +218,9 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
 
         return run
 
-    tf32 = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
+    restore = torch_flags.set_cudnn_tf32(False)
     try:
         reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     finally:
-        torch.backends.cudnn.allow_tf32 = tf32
+        restore()
     return ConvTiming(shape, training, dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples))

@@ -172,8 +172,9 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         pricing = causes._Pricing.of(records, explanation.calls, model)
         found += sum(causes.bf16_saving(r, share, pricing)
                      for r, share in zip(records, attribution.exclusive_times(records)) if timed(r) is not None)
-    if timed is not None and found is not None:
-        found += _timed_in_new_dtype(explanation, timed)
+    if timed is not None and found is not None:  # what the timed kernels add (negative: save) in the new dtype
+        now, after = _timed_totals(explanation, timed)
+        found += after - now
     floor = explanation.batch_one_step_us
     if found is not None and floor and name not in HOST_WORK_FIXES:
         found = max(found, floor)  # the host's launches set the step there, whatever the device saves
@@ -210,33 +211,26 @@ def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Callable
     return ratio
 
 
+def _timed_totals(explanation: Explanation, ratio: Callable[[KernelRecord], float | None]) -> tuple[float, float]:
+    """(µs the step spends now in the kernels `ratio` prices, µs they take in the new dtype), by exclusive time."""
+    now = after = 0.0
+    for r, share in zip(explanation.median.kernels, attribution.exclusive_times(explanation.median.kernels)):
+        found = ratio(r)
+        if found is not None:
+            now, after = now + share, after + share * found
+    return now, after
+
+
 def _timed_note(explanation: Explanation, knobs: Mapping[str, str]) -> list[str]:
     """The evidence an AMP fix's prediction takes from the device timings: each timed family's kernels now
     and in the new dtype."""
-    records = explanation.median.kernels
-    shares = attribution.exclusive_times(records)
     notes = []
     for what, count, ratio in _timed_families(explanation, knobs):
-        now = after = 0.0
-        for r, share in zip(records, shares):
-            found = ratio(r)
-            if found is not None:
-                now, after = now + share, after + share * found
+        now, after = _timed_totals(explanation, ratio)
         if now > 0:
             notes.append(f"{what}: {count} shapes timed in both dtypes on this device; the step's {what} "
                          f"{now / 1e3:.2f} → {after / 1e3:.2f} ms in {knobs.get('amp', '')}")
     return notes
-
-
-def _timed_in_new_dtype(explanation: Explanation, ratio: Callable[[KernelRecord], float | None]) -> float:
-    """µs an AMP dtype change adds to the step's timed kernels (negative: saves), each priced by `ratio`."""
-    records = explanation.median.kernels
-    added = 0.0
-    for r, share in zip(records, attribution.exclusive_times(records)):
-        found = ratio(r)
-        if found is not None:
-            added += share * (found - 1.0)
-    return added
 
 
 def graph_fuses_optimizer(target: Target) -> bool:

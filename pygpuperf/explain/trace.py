@@ -35,6 +35,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from pygpuperf.core import timing
 from pygpuperf.explain.accesses import AccessTraceMode, call_of
 from pygpuperf.explain.classify import KernelContext, MathSettings, classify
 from pygpuperf.explain.model import MEMORY_BOUND, OTHER, VECTOR_MATH, CallAccesses, KernelRecord
@@ -572,8 +573,6 @@ def capture_step(
     import torch
     from torch.autograd.profiler import record_function
     from torch.profiler import ProfilerActivity, profile, schedule
-
-    from pygpuperf.core import timing
 
     device = torch.device(device)
     on_gpu = device.type == "cuda"
