@@ -175,7 +175,17 @@ def test_idle_causes_share_one_cuda_graph_fix_and_split_the_parts_honestly():
     graphed.latency["kernel.graph"] = Ceiling(3000.0, "ns", "latency.kernel.graph", "native-cuda")
     result = causes.step_causes(e.median.kernels, e.median.timeline, graphed, device="cuda:0")
     fix = next(c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs")
-    assert fix.saves_us == pytest.approx(50.0 - 5 * 2.0)
+    assert fix.saves_us == pytest.approx(50.0 - 4 * 2.0)  # 5 kernels, 4 gaps between them
+    # A memory set between two kernels is a node that launches as in a stream: its two gaps save nothing.
+    with_memset = explanation([*records[:2], k("memcpy_memset", 1, "", name="Memset (Device)"), *records[2:]],
+                              Idle(host_bound_us=30.0, launch_gap_us=20.0))
+    result = causes.step_causes(with_memset.median.kernels, with_memset.median.timeline, graphed, device="cuda:0")
+    fix = next(c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs")
+    assert fix.saves_us == pytest.approx(50.0 - 3 * 2.0)  # no stream period measured: its gap is 0
+    graphed.latency["kernel.back_to_back"] = Ceiling(2500.0, "ns", "latency.kernel.back_to_back", "native-cuda")
+    result = causes.step_causes(with_memset.median.kernels, with_memset.median.timeline, graphed, device="cuda:0")
+    fix = next(c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs")
+    assert fix.saves_us == pytest.approx(50.0 - 3 * 2.0 - 2 * 1.5)
     for part, split in result.by_part.items():
         assert split["named_us"] <= split["us"] + 1e-9 and split["rest_us"] == pytest.approx(
             split["us"] - split["named_us"], abs=1e-9), part
