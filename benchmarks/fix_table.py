@@ -6,10 +6,13 @@ EXPLAIN.json files are taken in the order given: a fix a later file measured on 
 replaces an earlier file's row for it.
 
 A fix's error is |predicted - measured| step time as a share of the measured change (baseline -
-measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. Where the
-step as given was timed again after the fixes, each fix's baseline is interpolated between the two
+measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. A fix timed
+in windows alternating with the step as given takes that step's median as its baseline, and its noise is
+the larger of twice the baseline's CV and twice the standard error of its window pairs' savings. Otherwise,
+where the step as given was timed again after the fixes, each fix's baseline is interpolated between the two
 timings in the order the fixes ran, and the noise is the larger of twice the baseline's CV and the
-baseline's own move (the card's drift). A change within the noise is "no measurable change": a
+baseline's own move (the card's drift). A prediction moves with the baseline (times the fix's baseline over
+the explained one). A change within the noise is "no measurable change": a
 prediction then counts as right when it is as close to the measurement as the noise. With --machine-model the predictions are made again from
 each recorded profile by the current kernel model (the measurements are as recorded).
 """
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+import statistics
 from pathlib import Path
 
 from pygpuperf.core import documents
@@ -42,7 +47,8 @@ def rows(path: Path, model=None) -> list[dict]:
     given = path.parent.name.split("_--try-fixes")[0]  # device_fixes.sh names each folder by its arguments
     if given.startswith(workload + "_--"):  # a configuration of the workload: say which
         workload = workload + " " + given[len(workload) + 1:].replace("_", " ")
-    cv = ((doc.get("throughput") or {}).get("step_us") or {}).get("cv") or 0.0
+    explained_step = (doc.get("throughput") or {}).get("step_us") or {}
+    cv, explained = explained_step.get("cv") or 0.0, explained_step.get("median")
     again = _repredicted(path, model) if model is not None else {}
     out = []
     trials = doc.get("fixes") or []
@@ -51,8 +57,13 @@ def rows(path: Path, model=None) -> list[dict]:
         row = {"workload": workload, "fix": fix["name"], "status": fix["status"], "reason": fix.get("reason", "")}
         base, measured = fix.get("baseline_step_us"), fix.get("measured_step_us")
         after, drift, moved = fix.get("baseline_after_step_us"), 0.0, 1.0
+        paired = fix.get("paired_savings_us") or []
         position += fix["status"] == "measured"  # its place among the measured fixes, in the order they ran
-        if base and after and fix["status"] == "measured":
+        if paired and base and explained:
+            moved = base / explained
+            if len(paired) > 1:
+                drift = 2 * statistics.stdev(paired) / math.sqrt(len(paired))
+        elif base and after and fix["status"] == "measured":
             drift = abs(after - base)
             interpolated = base + (after - base) * position / (measured_count + 1)
             base, moved = interpolated, interpolated / base

@@ -95,7 +95,7 @@ def test_an_amp_dtype_fix_prices_each_convolution_by_its_own_shapes_time_in_the_
 
     target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 4, {}), lambda k: True, 4)
     trial = fixes.try_fixes(e, model, target, "cuda", only=["amp"],
-                            measure=lambda step, device, samples: Throughput(Stats.of([10.0 if samples == 1 else 110.0] * 3),
+                            measure=lambda step, device, samples, **_: Throughput(Stats.of([10.0 if samples == 1 else 110.0] * 3),
                                                                              samples))[0]  # batch 1: 10 us
     assert trial.status == "measured" and trial.predicted_step_us == pytest.approx(70.0 * 1.2 + 30.0 * 0.75)
     assert "convolutions: 2 shapes timed in both dtypes on this device; the step's convolutions 0.10 → 0.11 ms " \
@@ -201,7 +201,7 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
     e.conv_timings, e.throughput = [], Throughput(Stats.of([100.0] * 3), 8)
     target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 8, {}), lambda k: True, 8)
     trial = fixes.try_fixes(e, model, target, "cuda", only=["batch_size"],
-                            measure=lambda step, device, samples: Throughput(Stats.of([10.0 if samples == 1 else 160.0] * 3),
+                            measure=lambda step, device, samples, **_: Throughput(Stats.of([10.0 if samples == 1 else 160.0] * 3),
                                                                              samples))[0]
     assert asked == [(("fp16",), 1.0), (("fp16",), 2.0)]
     assert trial.predicted_step_us == pytest.approx(150.0)

@@ -31,7 +31,7 @@ def _explanation(device="cpu", op="aten::mm"):
 
 
 def _timed(us):
-    return lambda step, device, samples: (step(), Throughput(Stats.of([us] * 3), samples))[1]
+    return lambda step, device, samples, **_: (step(), Throughput(Stats.of([us] * 3), samples))[1]
 
 
 def test_failing_fix_is_reported_not_raised_and_flags_are_restored():
@@ -61,8 +61,9 @@ def test_batch_fix_is_predicted_by_the_kernel_model():
     e = _explanation()
     # 1e7 FLOPs at 1 TFLOP/s: 10 us of work against 100 us measured (residual 10); twice the batch, twice the work.
     assert fixes.predicted_at_batch(e, _model(), 2.0) == 150.0 + 100.0
-    trial = fixes.try_fixes(e, _model(), fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b, {}), lambda k: True,
-                                                      4), "cpu", only=["batch_size"], measure=_timed(200.0))[0]
+    build, measure, _ = _kinds_timed({"batch1": [100.0], "given": [150.0], "batch": [200.0]})
+    trial = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cpu", only=["batch_size"],
+                            measure=measure)[0]
     assert trial.predicted_step_us == 250.0 and trial.measured_step_us == 200.0 and trial.samples_per_step == 8
     assert trial.speedup == (150.0 / 4) / (200.0 / 8)
 
@@ -151,53 +152,83 @@ def test_no_fix_that_keeps_the_hosts_work_is_predicted_below_the_step_at_batch_o
     assert fixes.predicted_step(e, m, "cuda_graphs", {"cuda_graphs": "on"}, 4, by_cause={"cuda_graphs": 60.0}) == 60.0
 
 
-def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_hosts_work(tmp_path):
-    times = iter([120.0, 130.0, 150.0])  # batch 1, TF32, the step as given again
-    built = []
-
-    def measure(step, device, samples):
-        step()
-        return Throughput(Stats.of([next(times)] * 3), samples)
+def _kinds_timed(times, given_knobs=()):
+    """(build, measure, the kinds run in order) stand-ins: each built step says which it is when run ("batch1",
+    "batch" at another batch than 4, the fix's knob, or "given": no knob beyond `given_knobs`), and is timed
+    at `times[kind]` (a list: its values in turn, the last one repeated)."""
+    ran, calls = [], {}
 
     def build(batch, knobs):
-        built.append(batch)
-        return BuiltWorkload(lambda: None, batch or 4, {})
+        extra = [k for k in knobs if k not in given_knobs]
+        kind = "batch1" if batch == 1 else "batch" if batch not in (None, 4) else extra[0] if extra else "given"
+        return BuiltWorkload(lambda: ran.append(kind), batch or 4, {})
 
+    def measure(step, device, samples, **_):
+        step()
+        values = times[ran[-1]]
+        calls[ran[-1]] = calls.get(ran[-1], 0) + 1
+        return Throughput(Stats.of([values[min(calls[ran[-1]], len(values)) - 1]] * 3), samples)
+
+    return build, measure, ran
+
+
+def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_hosts_work(tmp_path):
+    build, measure, ran = _kinds_timed({"batch1": [120.0], "tf32": [130.0], "given": [150.0]})
     e = _explanation("cuda:0")
     # On a CUDA device (no kernel runs here: the builds and the timings are stand-ins).
     trials = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
                              measure=measure)
-    assert built == [1, 4, 4] and e.batch_one_step_us == 120.0
+    assert ran[0] == "batch1" and e.batch_one_step_us == 120.0
     assert trials[0].measured_step_us == 130.0 and trials[0].predicted_step_us == 120.0
+    # The fix is timed in windows alternating with the step as given: given, fixed, fixed, given, ...
+    assert ran[1:5] == ["given", "tf32", "tf32", "given"] and trials[0].paired_savings_us == [20.0] * 4
     assert "batch 1" in trials[0].notes[0]
     assert any("batch 1" in line for line in fixes.fix_lines(trials))  # the text output shows each note
+    e.fixes = trials
     (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    assert compare.load_explanation(tmp_path).batch_one_step_us == 120.0  # and the schema takes it
-    built.clear()  # a graph alone changes the host's work: nothing to time at batch 1
+    back = compare.load_explanation(tmp_path)  # and the schema takes both
+    assert back.batch_one_step_us == 120.0 and back.fixes[0].paired_savings_us == [20.0] * 4
+    ran.clear()  # a graph alone changes the host's work: nothing to time at batch 1
     fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
                     only=["cuda_graphs"], measure=_timed(100.0))
-    assert 1 not in built
+    assert "batch1" not in ran
+
+
+def test_a_fix_on_a_step_whose_host_slows_down_is_measured_against_the_step_timed_beside_it():
+    slowing = [100.0 + 10 * i for i in range(20)]  # the host takes 10 us longer each window
+    build, measure, _ = _kinds_timed({"batch1": [50.0], "given": slowing, "tf32": [x - 20.0 for x in slowing]})
+    user_flags = []
+    e = _explanation("cuda:0")
+    target = fixes.Target(build, lambda k: True, 4, user_code=True)
+    real = measure
+
+    def flagged(step, device, samples, **kw):  # the flags each window runs under
+        user_flags.append(bool(torch.backends.cuda.matmul.allow_tf32))
+        return real(step, device, samples, **kw)
+
+    before = flag_state()
+    trial = fixes.try_fixes(e, _model(), target, "cuda", only=["tf32"], measure=flagged)[0]
+    # The given step's windows ran at 100, 110 (calls 1, 2), 120, 130; the fix's at 80, 90, 100, 110: each
+    # window pair says 20 us saved, though the host slowed by 30 us over the run.
+    assert trial.baseline_step_us - trial.measured_step_us == pytest.approx(20.0)
+    assert user_flags[1:9] == [False, True, True, False, False, True, True, False] and flag_state() == before
 
 
 def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():
-    times = iter([40.0, 150.0, 165.0])  # the step at batch 1, the batch fix, then the step as given once more
-
-    def measure(step, device, samples):
-        step()
-        return Throughput(Stats.of([next(times)] * 3), samples)
-
     built_knobs = []
+    build_kind, measure, _ = _kinds_timed({"batch1": [40.0], "batch": [150.0], "given": [160.0, 160.0, 165.0]},
+                                          given_knobs=("amp",))
 
     def build(batch, knobs):
         built_knobs.append((batch, dict(knobs)))
-        return BuiltWorkload(lambda: None, batch or 4, {})
+        return build_kind(batch, knobs)
 
     target = fixes.Target(build, lambda k: True, batch_size=4, knobs={"amp": "none"})
     trials = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["batch_size"], measure=measure)
     assert built_knobs[0][0] == 1 and built_knobs[-1] == (4, {"amp": "none"})  # the last: the step as given
     assert [t.baseline_after_step_us for t in trials] == [165.0]
     drift = fixes.fix_lines(trials)[-1]
-    assert "0.15 → 0.17 ms" in drift and "+10.0%" in drift
+    assert "0.16 → 0.17 ms" in drift and "+3.1%" in drift
     again = fixes.trial_from_dict(json.loads(json.dumps(trials[0].to_dict())))
     assert again.baseline_after_step_us == 165.0
     # Nothing measured: nothing to compare, no second build.

@@ -5,14 +5,16 @@ A fix is a knob set (TF32, cudnn.benchmark, fp16 accumulation, the AMP dtype, ch
 torch.compile) or a batch size, applied through the workload's knobs or make_step's keywords, or by
 wrapping the built step (torch.compile of the step, a captured CUDA graph) where the workload has no knob
 for it. A fix that does not apply here is waived with the reason; one that fails (a compile error, a
-capture of a step that synchronizes) is reported with its error, never raised. Torch's global flags are
-as they were after every fix (:func:`pygpuperf.workloads.knobs.flag_state`).
+capture of a step that synchronizes) is reported with its error, never raised. Each fix is timed in
+windows alternating with the step as given, built once beside it, so that both see the same host and card.
+Torch's global flags are as they were after every fix (:func:`pygpuperf.workloads.knobs.flag_state`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -32,6 +34,12 @@ FLAG_KNOBS = ("tf32", "cudnn_benchmark", "fp16_accumulation")  # global torch fl
 # Fixes that change the host's own work per step (a graph replays the launches, compile fuses ops); the
 # others keep it, so none of them is predicted below the step at batch 1.
 HOST_WORK_FIXES = ("cuda_graphs", "compile", "compile_reduce_overhead")
+# Each fix is timed in windows alternating with the step as given (given, fixed, fixed, given, ...): the
+# host's speed wanders by more than a host-bound step's fixes change it (ResNet-101 AMP's step as given,
+# timed before and after its fixes on an H200: 39.19 and 51.16 ms), so each fix takes its baseline from
+# the same minutes. (windows of each, warm-up steps, timed steps per window); fewer on a CPU, where each
+# step takes long.
+PAIRED = {"cpu": (2, 1, 2), "other": (4, 2, 8)}
 
 
 @dataclass
@@ -50,6 +58,10 @@ class FixTrial:
     baseline_samples_per_step: int | None = None
     # The step as given, timed again after every fix: how far the card drifted while they ran.
     baseline_after_step_us: float | None = None
+    # Where the step as given and the fixed step were timed in alternating windows (the baseline above is
+    # then the given step's median over its windows): each window pair's saving per step (µs, at the
+    # baseline's batch).
+    paired_savings_us: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def _per_sample(self, us: float | None, samples: int | None) -> float | None:
@@ -408,49 +420,111 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
         # At batch 1 the device's work is small beside the launches: about the host's own time per step.
         explanation.batch_one_step_us = _timed_build(target, device, measure, batch=1)
     trials = []
-    for name, what, knobs, waiver in candidates:
-        trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
-                         baseline_samples_per_step=base_samples)
-        if waiver is None and device.type == "cuda" and name in ("amp", "batch_size"):
-            scale = int(knobs["batch_size"]) / base_samples if name == "batch_size" and base_samples else 1.0
-            if name == "amp" or scale != 1:
-                _time_library_ops(explanation, device, scale)
-        trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted,
-                                                 graph_fuses_optimizer=graph_fuses_optimizer(target))
-        if trial.predicted_step_us is not None:
-            trial.notes += _timed_note(explanation, name, knobs, base_samples)
-        if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
-            trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
-                               "the host's own work per step, which this fix keeps")
-        if waiver is not None:
-            trial.reason = waiver
-            trials.append(trial)
-            continue
-        user_flags = {k: knob_specs.TF32.parse(v) for k, v in knobs.items() if k in FLAG_KNOBS} \
-            if target.user_code else {}
-        with _flags_kept() as restored:
-            restore = knob_specs.set_global_flags(**user_flags) if user_flags else (lambda: None)
-            try:
-                built, step, samples = _apply(name, knobs, target, device)
-                with built:
-                    timed = measure(step, device, samples)
-                trial.status, trial.measured_step_us, trial.samples_per_step = "measured", timed.step_us.median, samples
-                trial.notes += list(getattr(built, "notes", []) or [])
-                waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
-                if name == "cuda_graphs" and waived.startswith("waived"):
-                    trial.status, trial.reason = "waived", waived.removeprefix("waived").lstrip(": ")
-            except Exception as exc:  # a failing fix is a result, not a crash
-                trial.status, trial.reason = "failed", f"{type(exc).__name__}: {_one_line(exc)}"
-            finally:
-                restore()
-        if restored:  # a step left a flag changed: it has been put back
-            trial.notes.append("a global torch flag was left changed and has been restored")
-        trials.append(trial)
+    with contextlib.ExitStack() as stack:
+        given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
+        given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
+        for name, what, knobs, waiver in candidates:
+            trials.append(_trial(explanation, model, target, device, measure, predicted, name, what, knobs, waiver,
+                                 base_us, base_samples, given))
+    for t in trials if given_left_flags else ():
+        if t.status == "measured" and _FLAG_NOTE not in t.notes:
+            t.notes.append(_FLAG_NOTE)
     if any(t.status == "measured" for t in trials):
         again = _timed_build(target, device, measure)  # how far the card drifted while the fixes ran
         for t in trials:
             t.baseline_after_step_us = again
     return trials
+
+
+_FLAG_NOTE = "a global torch flag was left changed and has been restored"
+
+
+@dataclass
+class _Given:
+    """The step as given, built once and kept open while the fixes run, to time in turn with each."""
+
+    step: Callable[[], Any]
+    samples: int
+    flags: dict[str, bool]  # torch's global flags as its build left them
+
+
+def _open_given(target: Target, device: torch.device, stack: contextlib.ExitStack) -> _Given | None:
+    """The step as given, built into `stack` (None where it cannot be built: each fix is then timed alone)."""
+    try:
+        built, step, samples = _apply("", {}, target, device)
+    except Exception:  # noqa: BLE001 - the fixes still run, each against the explained baseline
+        return None
+    stack.enter_context(built)
+    return _Given(step, samples, knob_specs.flag_state())
+
+
+def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Given, step: Callable[[], Any],
+            samples: int) -> tuple[float, float, list[float]]:
+    """(the given step's median µs, the fixed step's, each window pair's saving per step at the given step's
+    batch): windows of each in turn (:data:`PAIRED`), torch's flags set to each one's before its window."""
+    count, warmup, steps = PAIRED.get(device.type, PAIRED["other"])
+    fixed_flags = knob_specs.flag_state()
+    windows: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for i in range(count):
+            for is_given in ((True, False) if i % 2 == 0 else (False, True)):
+                knob_specs.restore_flag_state(given.flags if is_given else fixed_flags)
+                timed = measure(given.step if is_given else step, device, given.samples if is_given else samples,
+                                warmup=warmup, steps=steps)
+                windows[is_given].append(timed.step_us.median)
+    finally:
+        knob_specs.restore_flag_state(fixed_flags)
+    scale = given.samples / samples
+    savings = [a - b * scale for a, b in zip(windows[True], windows[False])]
+    return statistics.median(windows[True]), statistics.median(windows[False]), savings
+
+
+def _trial(explanation: Explanation, model: MachineModel, target: Target, device: torch.device,
+           measure: Callable[..., Throughput], predicted: Mapping[str, float], name: str, what: str,
+           knobs: dict[str, str], waiver: str | None, base_us: float, base_samples: int | None,
+           given: _Given | None) -> FixTrial:
+    """One fix: predicted, then (unless waived) applied and timed, in turn with `given` where there is one."""
+    trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
+                     baseline_samples_per_step=base_samples)
+    if waiver is None and device.type == "cuda" and name in ("amp", "batch_size"):
+        scale = int(knobs["batch_size"]) / base_samples if name == "batch_size" and base_samples else 1.0
+        if name == "amp" or scale != 1:
+            _time_library_ops(explanation, device, scale)
+    trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted,
+                                             graph_fuses_optimizer=graph_fuses_optimizer(target))
+    if trial.predicted_step_us is not None:
+        trial.notes += _timed_note(explanation, name, knobs, base_samples)
+    if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
+        trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
+                           "the host's own work per step, which this fix keeps")
+    if waiver is not None:
+        trial.reason = waiver
+        return trial
+    user_flags = {k: knob_specs.TF32.parse(v) for k, v in knobs.items() if k in FLAG_KNOBS} \
+        if target.user_code else {}
+    with _flags_kept() as restored:
+        restore = knob_specs.set_global_flags(**user_flags) if user_flags else (lambda: None)
+        try:
+            built, step, samples = _apply(name, knobs, target, device)
+            with built:
+                if given is not None:
+                    trial.baseline_step_us, measured, trial.paired_savings_us = _paired(
+                        measure, device, given, step, samples)
+                    trial.baseline_samples_per_step = given.samples
+                else:
+                    measured = measure(step, device, samples).step_us.median
+            trial.status, trial.measured_step_us, trial.samples_per_step = "measured", measured, samples
+            trial.notes += list(getattr(built, "notes", []) or [])
+            waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
+            if name == "cuda_graphs" and waived.startswith("waived"):
+                trial.status, trial.reason = "waived", waived.removeprefix("waived").lstrip(": ")
+        except Exception as exc:  # a failing fix is a result, not a crash
+            trial.status, trial.reason = "failed", f"{type(exc).__name__}: {_one_line(exc)}"
+        finally:
+            restore()
+    if restored:  # a step left a flag changed: it has been put back
+        trial.notes.append(_FLAG_NOTE)
+    return trial
 
 
 def _time_library_ops(explanation: Explanation, device: torch.device, scale: float = 1.0) -> None:
