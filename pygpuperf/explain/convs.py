@@ -210,7 +210,7 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
     grad_of_input = training and shape.input_grad
     grad = None
 
-    def run_in(dtype: torch.dtype) -> Callable[[], dtype_timing.Outputs]:
+    def run_in(dtype: torch.dtype, forward_only: bool = False) -> Callable[[], dtype_timing.Outputs]:
         nonlocal grad
         x = base.to(dtype, copy=True).requires_grad_(grad_of_input)
         w = weight.to(dtype, copy=True).requires_grad_(training)
@@ -221,7 +221,7 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
 
         def run() -> dtype_timing.Outputs:
             out = torch.nn.functional.conv2d(x, w, **args)
-            if not training:
+            if not training or forward_only:
                 return out, None, None
             wanted = (x, w) if grad_of_input else (w,)
             grads = torch.autograd.grad(out, wanted, g)
@@ -235,4 +235,4 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
     finally:
         restore()
     return ConvTiming(shape, training, dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples,
-                                                                   dtypes, scale))
+                                                                   dtypes, scale, split=training))

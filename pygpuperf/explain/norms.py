@@ -116,7 +116,7 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
     grad = (torch.rand(*sized, device=device, generator=generator) - 0.5).contiguous(memory_format=fmt)
     mean, var = torch.zeros(channels, device=device), torch.ones(channels, device=device)
 
-    def run_in(dtype: torch.dtype) -> Callable[[], dtype_timing.Outputs]:
+    def run_in(dtype: torch.dtype, forward_only: bool = False) -> Callable[[], dtype_timing.Outputs]:
         # A leaf of its own per dtype (a cast of a shared leaf would time the cast's backward too), and
         # gradients returned rather than accumulated: what a training step's batch norm runs.
         x = base.to(dtype, copy=True).requires_grad_(training)
@@ -125,7 +125,7 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
 
         def run() -> dtype_timing.Outputs:
             out = torch.nn.functional.batch_norm(x, mean, var, w, b, training=training)
-            if not training:
+            if not training or forward_only:
                 return out, None
             return out, torch.autograd.grad(out, (x, w, b), g)[0]
 
@@ -133,4 +133,5 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
 
     reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     return NormTiming(list(shape), channels_last, training,
-                      dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples, dtypes, scale))
+                      dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples, dtypes, scale,
+                                                  split=training))
