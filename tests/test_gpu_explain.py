@@ -143,7 +143,9 @@ def test_a_launch_bound_step_timed_after_the_trace_is_as_fast_as_before_it():
     before = step_us()
     trace.capture_step(step, torch.device("cuda"), steps=2, warmup=1)
     after = step_us()  # the timing releases it (a --compare-config's next config, each --try-fixes fix)
-    assert after / before < 1.12, f"{before:.0f} us before the trace, {after:.0f} us after"
+    # Kept attached, the loop took 1.98x as long on the H200 (2259 -> 4482 us); released, it has come out up to
+    # 1.13x (3357 -> 3780 us): a host-paced loop's pace wanders between windows.
+    assert after / before < 1.25, f"{before:.0f} us before the trace, {after:.0f} us after"
 
 
 def test_a_trace_after_the_release_still_ties_every_kernel_to_its_launch_and_call():
