@@ -5,31 +5,34 @@
 #   bash benchmarks/recorded_steps.sh OUTDIR   ->  OUTDIR/fix_table.{json,txt}, OUTDIR/cause_coverage.{json,txt}
 set -euo pipefail
 cd "$(dirname "$0")/.."
-R=benchmarks/results/nvidia-h200_2026-12-01
+R=benchmarks/results/nvidia-h200
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The runs in order. The fix table takes each fix from the latest run that measured it on the configuration
 # (and lists the fixes measured in more than one run); the cause coverage takes each configuration's latest
 # profile. fixes10 is left out: its profiles lost the op calls of their kernels (see NOTES, 2026-12-01,
 # late). Runs before fixes11 timed their fixes with the tracing library attached.
-runs=(fixes2 fixes4 fixes5 fixes6 fixes7 fixes8 fixes9 fixes11 fixes12 fixes13 fixes14 fixes15)
+runs=(2026-12-01_fixes2 2026-12-01_fixes4 2026-12-01_fixes5 2026-12-01_fixes6 2026-12-01_fixes7 2026-12-01_fixes8
+      2026-12-01_fixes9 2026-12-01_fixes11 2026-12-01_fixes12 2026-12-01_fixes13 2026-12-01_fixes14 2026-12-01_fixes15
+      2026-12-02_fixes16 2026-12-02_fixes17)
+# From fixes16 on, each fix was timed in windows alternating with the step as given.
 declare -A config
 profiles=()
 for run in "${runs[@]}"; do
-  mkdir -p "$work/$run" && tar -xzf "${R}_$run.tar.gz" -C "$work/$run"
+  mkdir -p "$work/${run#*_}" && tar -xzf "${R}_$run.tar.gz" -C "$work/${run#*_}"
   while IFS= read -r p; do
     profiles+=("$p")
     folder=$(basename "$(dirname "$p")")
     config["${folder%%_--try-fixes*}"]="$p"
-  done < <(find "$work/$run" -path "*/fixes/*/explain.json" | sort)
+  done < <(find "$work/${run#*_}" -path "*/fixes/*/explain.json" | sort)
 done
 steps=()
 while IFS= read -r key; do steps+=("${config[$key]}"); done < <(printf '%s\n' "${!config[@]}" | sort)
 out="${1:?OUTDIR}"
 mkdir -p "$out"
-python3 benchmarks/fix_table.py "$out/fix_table.json" "${profiles[@]}" --machine-model "${R}_machine-model_results.json" \
+python3 benchmarks/fix_table.py "$out/fix_table.json" "${profiles[@]}" --machine-model "${R}_2026-12-01_machine-model_results.json" \
   >"$out/fix_table.txt"
 python3 benchmarks/cause_coverage.py "$out/cause_coverage.json" "${steps[@]}" \
-  --machine-model "${R}_machine-model_results.json" >"$out/cause_coverage.txt"
+  --machine-model "${R}_2026-12-01_machine-model_results.json" >"$out/cause_coverage.txt"
 tail -1 "$out/fix_table.txt"
 tail -1 "$out/cause_coverage.txt"
