@@ -159,6 +159,17 @@ def test_explanation_round_trips_through_json():
     assert back.unknown_ops == {"aten::mystery": 3.0} and back.steps == [back.median]
 
 
+def test_the_steps_window_and_its_host_syncs_load_back_validated(tmp_path):
+    a, _ = runs()
+    a.median.window_us, a.median.syncs = (100.0, 900.0), [(400.0, 420.5), (880.0, 899.0)]
+    (tmp_path / "explain.json").write_text(json.dumps(a.to_dict(), default=str))
+    back = compare.load_explanation(tmp_path)  # validated against the schema
+    assert back.median.window_us == (100.0, 900.0) and back.median.syncs == [(400.0, 420.5), (880.0, 899.0)]
+    doc = a.to_dict()
+    del doc["step_window_us"], doc["syncs_us"]  # a file written before they were kept
+    assert compare.explanation_from_json(doc).median.syncs == [] and \
+        compare.explanation_from_json(doc).median.window_us is None
+
 
 def test_batch_norm_timings_load_back_in_either_form(tmp_path):
     """Every shape timed (a list) is what explain.json holds now; a file written when only the largest shape

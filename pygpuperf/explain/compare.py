@@ -72,7 +72,10 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
     parts = {words.LEGACY_PARTS.get(name, name): float(us) for name, us in w["parts"].items()}
     waterfall = Waterfall(ideal_us=float(w["ideal_us"]), parts=parts, measured_us=float(w["measured_us"]),
                           unexplained_us=float(w["unexplained_us"]), coverage=float(w["coverage"]))
-    step = ExplainedStep(int(doc.get("median_step", 0)), kernels, timeline, waterfall, attribution.self_check(kernels))
+    window = doc.get("step_window_us")
+    step = ExplainedStep(int(doc.get("median_step", 0)), kernels, timeline, waterfall, attribution.self_check(kernels),
+                         (float(window[0]), float(window[1])) if window else None,
+                         [(float(a), float(b)) for a, b in doc.get("syncs_us", [])])
     throughput = Throughput.from_dict(doc["throughput"]) if doc.get("throughput") else None
     return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})), throughput,
                        {str(k): str(v) for k, v in doc.get("settings", {}).items()},

@@ -109,7 +109,8 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
             line = timeline.remove_profiler_overhead(line, throughput.step_us.median)
         explained.append(ExplainedStep(step.index, step.kernels, line,
                                        attribution.waterfall(step.kernels, line, model, captured.calls),
-                                       attribution.self_check(step.kernels)))
+                                       attribution.self_check(step.kernels), (step.start_us, step.end_us),
+                                       list(step.syncs)))
     if not explained:
         raise ValueError("no profiled step was captured")
     walls = [s.timeline.wall_us for s in explained]

@@ -155,6 +155,10 @@ class ExplainedStep:
     timeline: Timeline
     waterfall: Waterfall
     self_check: list[KernelRecord]  # kernels faster than their bound: miscounted work
+    # The profiled step's window and the host calls in it that waited on the device (same clock as the
+    # kernels): where a synchronization holds the host, for a model of the host's and the device's queues.
+    window_us: tuple[float, float] | None = None
+    syncs: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -188,6 +192,8 @@ class Explanation:
             "timeline": dataclasses.asdict(step.timeline),
             "waterfall": dataclasses.asdict(step.waterfall),
             "self_check": [r.name for r in step.self_check],
+            **({"step_window_us": list(step.window_us)} if step.window_us is not None else {}),
+            "syncs_us": [list(s) for s in step.syncs],
             "unknown_ops_us": self.unknown_ops,
             "kernels": [dataclasses.asdict(r) for r in step.kernels],
             "calls": _numbered_storages(self.calls),
