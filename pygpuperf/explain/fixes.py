@@ -389,9 +389,8 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     with contextlib.ExitStack() as stack:
         given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
         given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
-        for name, what, knobs, waiver in candidates:
-            trials.append(_trial(explanation, model, target, device, measure, predicted, name, what, knobs, waiver,
-                                 base_us, base_samples, given))
+        run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given)
+        trials += [_trial(run, name, what, knobs, waiver) for name, what, knobs, waiver in candidates]
     for t in trials if given_left_flags else ():
         if t.status == "measured" and _FLAG_NOTE not in t.notes:
             t.notes.append(_FLAG_NOTE)
@@ -445,16 +444,32 @@ def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Gi
     return statistics.median(windows[True]), statistics.median(windows[False]), savings
 
 
-def _trial(explanation: Explanation, model: MachineModel, target: Target, device: torch.device,
-           measure: Callable[..., Throughput], predicted: Mapping[str, float], name: str, what: str,
-           knobs: dict[str, str], waiver: str | None, base_us: float, base_samples: int | None,
-           given: _Given | None) -> FixTrial:
-    """One fix: predicted, then (unless waived) applied and timed, in turn with `given` where there is one."""
-    trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=base_us,
+@dataclass
+class _Run:
+    """What every fix of one --try-fixes run shares: the explained step, where it runs and how it is timed,
+    the causes' predictions, the explained baseline, and the step as given built beside the fixes."""
+
+    explanation: Explanation
+    model: MachineModel
+    target: Target
+    device: torch.device
+    measure: Callable[..., Throughput]
+    predicted: Mapping[str, float]
+    base_us: float
+    base_samples: int | None
+    given: _Given | None
+
+
+def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str | None) -> FixTrial:
+    """One fix: predicted, then (unless waived) applied and timed, in turn with the step as given where it
+    was built."""
+    explanation, model, target, device = run.explanation, run.model, run.target, run.device
+    base_samples, given = run.base_samples, run.given
+    trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=run.base_us,
                      baseline_samples_per_step=base_samples)
     if name == "amp" and waiver is None and device.type == "cuda":
         _time_library_ops(explanation, device)
-    trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, predicted,
+    trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, run.predicted,
                                              graph_fuses_optimizer=graph_fuses_optimizer(target))
     if name == "amp" and trial.predicted_step_us is not None:
         trial.notes += _timed_note(explanation, knobs)
@@ -473,10 +488,10 @@ def _trial(explanation: Explanation, model: MachineModel, target: Target, device
             with built:
                 if given is not None:
                     trial.baseline_step_us, measured, trial.paired_savings_us = _paired(
-                        measure, device, given, step, samples)
+                        run.measure, device, given, step, samples)
                     trial.baseline_samples_per_step = given.samples
                 else:
-                    measured = measure(step, device, samples).step_us.median
+                    measured = run.measure(step, device, samples).step_us.median
             trial.status, trial.measured_step_us, trial.samples_per_step = "measured", measured, samples
             trial.notes += list(getattr(built, "notes", []) or [])
             waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
