@@ -385,12 +385,11 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
             waiver is None and name not in HOST_WORK_FIXES for name, _, _, waiver in candidates):
         # At batch 1 the device's work is small beside the launches: about the host's own time per step.
         explanation.batch_one_step_us = _timed_build(target, device, measure, batch=1)
-    trials = []
     with contextlib.ExitStack() as stack:
         given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
         given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
         run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given)
-        trials += [_trial(run, name, what, knobs, waiver) for name, what, knobs, waiver in candidates]
+        trials = [_trial(run, name, what, knobs, waiver) for name, what, knobs, waiver in candidates]
     for t in trials if given_left_flags else ():
         if t.status == "measured" and _FLAG_NOTE not in t.notes:
             t.notes.append(_FLAG_NOTE)
