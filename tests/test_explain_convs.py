@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pygpuperf.core.results import Ceiling, MachineModel
-from pygpuperf.explain import compare, convs, fixes
+from pygpuperf.explain import compare, convs, dtype_timing, fixes
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
 
 # A 3x3 convolution of 64 channels on 8x56x56 in NHWC, as the profiler records it.
@@ -51,7 +51,8 @@ def test_each_convolution_is_read_from_its_forward_and_backward_kernels():
 def test_each_dtype_is_timed_and_one_off_the_fp32_reference_is_left_out(monkeypatch):
     shape = convs.ConvShape([2, 4, 6, 6], [8, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1, True, True)
     timing = convs.time_conv(shape, True, "cpu", samples=3)
-    assert set(timing.us) == {"fp32", "fp16", "bf16"} and all(us > 0 for us in timing.us.values())
+    assert set(timing.us) == {"fp32", "fp16", "bf16", "fp32.forward", "fp16.forward", "bf16.forward"}
+    assert all(us > 0 for us in timing.us.values())
     monkeypatch.setitem(convs.TOLERANCE, "bf16", 0.0)  # bf16 rounds: no result of it is exactly fp32's
     checked = convs.time_conv(shape, True, "cpu", samples=3)
     assert "bf16" not in checked.us and "fp32" in checked.us and checked.ratio("bf16", "fp16") is None
@@ -132,9 +133,10 @@ def test_the_convolutions_are_timed_with_the_steps_own_library_settings_and_thes
     seen = []
     real = convs.time_conv
 
-    def spy(shape, training, device, samples=20):
+    def spy(shape, training, device, samples=20, dtypes=(), scale=1.0):
         seen.append((torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32))
-        return real(convs.ConvShape([1, 64, 4, 4], W, [1, 1], [1, 1], [1, 1], 1, False, True), training, device, 2)
+        return real(convs.ConvShape([1, 64, 4, 4], W, [1, 1], [1, 1], [1, 1], 1, False, True), training, device, 2,
+                    dtypes, scale)
 
     monkeypatch.setattr(convs, "time_conv", spy)
     forward = conv(20.0, concrete=FORWARD[:6] + ["True", "False", "False"])  # algorithm search on, TF32 off
@@ -157,4 +159,53 @@ def test_a_shape_that_cannot_run_leaves_the_other_shapes_timed(monkeypatch):
               convs.ConvShape([2, 4, 6, 6], [8, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1, False)]
     monkeypatch.setattr(convs, "conv_shapes", lambda records: shapes)
     timed = convs.time_step_convs([], True, "cpu", samples=2)
-    assert [t.us for t in timed][0] == {} and set(timed[1].us) == {"fp32", "fp16", "bf16"}
+    assert [t.us for t in timed][0] == {} and {"fp32", "fp16", "bf16"} < set(timed[1].us)
+
+
+def test_a_shape_timed_at_twice_its_batch_keeps_its_key_and_merges_into_its_timing():
+    shape = convs.ConvShape([2, 4, 6, 6], [8, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1, True, True)
+    now = convs.time_conv(shape, True, "cpu", samples=3, dtypes=["fp32"])
+    doubled = convs.time_conv(shape, True, "cpu", samples=3, dtypes=["fp32"], scale=2.0)
+    assert set(now.us) == {"fp32", "fp32.forward"} and set(doubled.us) == {"fp32@x2", "fp32@x2.forward"}
+    assert doubled.key() == now.key()
+    merged = dtype_timing.merged([now], [doubled])
+    assert len(merged) == 1 and merged[0].ratio("fp32@x2", "fp32") == doubled.us["fp32@x2"] / now.us["fp32"]
+
+
+def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new_batch(monkeypatch):
+    model = MachineModel(device="cuda:0")
+    model.compute["tensor.fp16.acc32"] = Ceiling(800.0, "TFLOP/s", "compute.tensor.fp16.acc32", "native-cuda")
+    model.memory["hbm"] = Ceiling(4700.0, "GB/s", "memory.hbm.copy", "native-cuda")
+    records = [conv(20.0), conv(50.0, "backward"), conv(30.0, x=[8, 64, 28, 28], stride="[2, 2]")]
+    for r in records:
+        r.dtypes = ["c10::Half", "c10::Half"]
+    e = _step(records, "fp16")
+    by_model = fixes.predicted_at_batch(e, model, 2.0)
+    assert by_model > 190.0  # the kernel model doubles work this far above its bound
+    e.conv_timings = [_timing({"fp16": 10.0, "fp16@x2": 15.0})]  # the other shape takes the timed ones' ratio
+    assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(150.0)
+    e.conv_timings = [_timing({"fp16": 10.0, "bf16": 12.0})]  # timed in dtypes only: the kernel model prices it
+    assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(by_model)
+    # --try-fixes times the step's shapes at both batches before the batch fix (stand-ins for the timing here).
+    from pygpuperf.core.results import Stats
+    from pygpuperf.explain.model import Throughput
+    from pygpuperf.workloads import BuiltWorkload
+
+    asked = []
+
+    def timed(records, training, device, samples=20, dtypes=(), scale=1.0):
+        asked.append((tuple(dtypes), scale))
+        return [_timing({dtype_timing.variant(d, scale): 10.0 * (1.5 if scale == 2 else 1.0) for d in dtypes})]
+
+    monkeypatch.setattr(fixes, "_LIBRARY_FAMILIES", tuple(
+        (what, attr, timed if attr == "conv_timings" else time_all, dtype_of, ratios)
+        for what, attr, time_all, dtype_of, ratios in fixes._LIBRARY_FAMILIES))
+    e.conv_timings, e.throughput = [], Throughput(Stats.of([100.0] * 3), 8)
+    target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 8, {}), lambda k: True, 8)
+    trial = fixes.try_fixes(e, model, target, "cuda", only=["batch_size"],
+                            measure=lambda step, device, samples, **_: Throughput(Stats.of([10.0 if samples == 1 else 160.0] * 3),
+                                                                             samples))[0]
+    assert asked == [(("fp16",), 1.0), (("fp16",), 2.0)]
+    assert trial.predicted_step_us == pytest.approx(150.0)
+    assert "convolutions: 1 shapes timed at batch 8 and 16 on this device; the step's convolutions 0.10 → 0.15 ms " \
+           "at batch 16" in trial.notes

@@ -203,7 +203,8 @@ def sample_seconds(run: Callable[[], Any], device: torch.device, warmup: int, sa
         raise ValueError(f"samples must be at least 1, got {samples}")
     if warmup < 0:
         raise ValueError(f"warmup must be non-negative, got {warmup}")
-    release_profiler(device)  # an earlier trace in this process would slow every launch timed here
+    if not kernel_clock:  # the kernels' own durations do not see the host's launch pace
+        release_profiler(device)  # an earlier trace in this process would slow every launch timed here
     for _ in range(warmup):
         if before_sample is not None:
             before_sample()

@@ -5,7 +5,8 @@ convolution library picks other kernels per dtype: on an H200, ResNet-50's convo
 fp16 and 15.76 ms in bf16 in two training profiles. This times the step's own shapes (input, weight,
 stride, padding, dilation, groups, layout), forward and, when training, backward, with the step's library
 settings (algorithm search, TF32), so that an AMP fix's prediction prices each convolution kernel by its
-shape's ratio (see :mod:`pygpuperf.explain.dtype_timing`).
+shape's ratio between dtypes, and a batch fix's by its ratio between batches (see
+:mod:`pygpuperf.explain.dtype_timing`).
 """
 
 from __future__ import annotations
@@ -171,27 +172,37 @@ def ratios(timings: Sequence[ConvTiming], to: str, frm: str) -> Callable[[Kernel
 
 
 def time_step_convs(records: Sequence[KernelRecord], training: bool, device: torch.device | str,
-                    samples: int = 20) -> list[ConvTiming]:
+                    samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS,
+                    scale: float = 1.0) -> list[ConvTiming]:
     """:func:`time_conv` of each of the step's convolution shapes (the :data:`MAX_SHAPES` it spends most time
     in), with the library settings the step ran them with."""
     settings = _library_settings(records)
     restores = [] if settings is None else [torch_flags.set_attribute(torch.backends.cudnn, "benchmark", settings[0]),
                                             torch_flags.set_cudnn_tf32(settings[1])]
     try:
-        return [time_conv(shape, training, device, samples) for shape in conv_shapes(records)[:MAX_SHAPES]]
+        return [time_conv(shape, training, device, samples, dtypes, scale)
+                for shape in conv_shapes(records)[:MAX_SHAPES]]
     finally:
         for restore in reversed(restores):
             restore()
 
 
-def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samples: int = 20) -> ConvTiming:
-    """Median µs of F.conv2d on random non-zero input and weights of `shape` in each dtype, forward and
-    backward when `training` (the weight's gradient, and the input's where the step computes it); a dtype
-    whose outputs are off the fp32 reference (run without TF32) by more than its tolerance is left out."""
+def step_dtype(records: Sequence[KernelRecord]) -> str | None:
+    """The dtype the step's convolutions run in (their forward's input)."""
+    return dtype_timing.step_dtype([r for r in records if r.phase == "forward" and _shape_of(r) is not None])
+
+
+def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samples: int = 20,
+              dtypes: Sequence[str] = dtype_timing.KEYS, scale: float = 1.0) -> ConvTiming:
+    """Median µs of F.conv2d on random non-zero input and weights of `shape` (its batch times `scale`) in each
+    of `dtypes`, forward and backward when `training` (the weight's gradient, and the input's where the step
+    computes it), keyed by :func:`dtype_timing.variant`; a dtype whose outputs are off the fp32 reference (run
+    without TF32) by more than its tolerance is left out."""
     device = torch.device(device)
     fmt = torch.channels_last if shape.channels_last else torch.contiguous_format
     generator = torch.Generator(device=device).manual_seed(0)
-    base = (torch.rand(*shape.input, device=device, generator=generator) + 0.5).contiguous(memory_format=fmt)
+    images = [max(1, round(shape.input[0] * scale)), *shape.input[1:]]
+    base = (torch.rand(*images, device=device, generator=generator) + 0.5).contiguous(memory_format=fmt)
     fan_in = math.prod(shape.weight[1:])
     weight = ((torch.rand(*shape.weight, device=device, generator=generator) - 0.5) / math.sqrt(fan_in)
               ).contiguous(memory_format=fmt)
@@ -199,7 +210,7 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
     grad_of_input = training and shape.input_grad
     grad = None
 
-    def run_in(dtype: torch.dtype) -> Callable[[], dtype_timing.Outputs]:
+    def run_in(dtype: torch.dtype, forward_only: bool = False) -> Callable[[], dtype_timing.Outputs]:
         nonlocal grad
         x = base.to(dtype, copy=True).requires_grad_(grad_of_input)
         w = weight.to(dtype, copy=True).requires_grad_(training)
@@ -210,7 +221,7 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
 
         def run() -> dtype_timing.Outputs:
             out = torch.nn.functional.conv2d(x, w, **args)
-            if not training:
+            if not training or forward_only:
                 return out, None, None
             wanted = (x, w) if grad_of_input else (w,)
             grads = torch.autograd.grad(out, wanted, g)
@@ -223,4 +234,5 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
         reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     finally:
         restore()
-    return ConvTiming(shape, training, dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples))
+    return ConvTiming(shape, training, dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples,
+                                                                   dtypes, scale, split=training))

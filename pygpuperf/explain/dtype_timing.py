@@ -1,11 +1,15 @@
-"""Library ops timed on the device in each dtype an AMP fix moves between (fp32, fp16, bf16).
+"""Library ops timed on the device in each dtype an AMP fix moves between (fp32, fp16, bf16), and at the
+batch a batch fix moves to.
 
 An AMP dtype change can change which kernels a library runs, not just their bytes: torch runs batch norm
 through cuDNN in fp32 and fp16 but through its own kernels in bf16, and cuDNN's convolution kernels differ
-by dtype too. Nothing in one profile says how fast the other dtype's kernels are, so the step's own shapes
-are timed (:mod:`pygpuperf.explain.norms`, :mod:`pygpuperf.explain.convs`) and each kernel of such an op is
-priced by its shape's ratio. Every dtype's result is checked against an fp32 reference after timing; one
-that is off, or cannot run, is left out.
+by dtype too. A batch change does the same: in fp32 ResNet-50 training profiles on an H200 at batch 256 and
+512, the forward batch norms took 10.36 and 18.90 ms, the backward convolutions 22.18 and 42.90 ms, where
+the kernel model scales them to 20.48 and 43.69. Nothing in one profile says how fast the other dtype's or
+batch's kernels are, so the step's own shapes are timed (:mod:`pygpuperf.explain.norms`,
+:mod:`pygpuperf.explain.convs`) and each kernel of such an op is priced by its shape's ratio. Every result
+is checked against an fp32 reference after timing; one that is off, or cannot run, is left out. A timing's
+`us` is keyed by :func:`variant`: the dtype, and the batch's scale where it is not the step's own.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 import torch
 
-from pygpuperf.core.precision import PRECISIONS
+from pygpuperf.core.precision import PRECISIONS, precision_of
 from pygpuperf.core.timing import sample_seconds
 from pygpuperf.explain.model import KernelRecord
 
@@ -27,16 +31,46 @@ DTYPES: dict[str, torch.dtype] = {k: getattr(torch, str(PRECISIONS[k].torch_dtyp
 Outputs = Sequence[torch.Tensor | None]
 
 
+def variant(dtype: str, scale: float = 1.0) -> str:
+    """The key of a timing in `dtype` at `scale` times the step's batch: "fp16", "fp16@x2"."""
+    return dtype if scale == 1 else f"{dtype}@x{scale:g}"
+
+
+def step_dtype(records: Sequence[KernelRecord]) -> str | None:
+    """The dtype key (of :data:`KEYS`) the first of `records` with a floating-point input runs in."""
+    for r in records:
+        found = precision_of(str(r.dtypes[0])) if r.dtypes else None
+        if found in KEYS:
+            return found
+    return None
+
+
+# A training timing's forward alone, beside its forward and backward together: "fp16@x2" + FORWARD_ONLY.
+FORWARD_ONLY = ".forward"
+
+
 class DtypeTimes:
-    """One op on one shape, timed per dtype: `us`, µs by dtype key of :data:`DTYPES` (a dtype that failed is
-    absent), is a field of each subclass (a dataclass, its last field)."""
+    """One op on one shape, timed per dtype: `us`, µs by :func:`variant` key (a dtype that failed is absent;
+    a training timing also holds its forward alone under the key + :data:`FORWARD_ONLY`), is a field of each
+    subclass (a dataclass, its last field)."""
 
     us: dict[str, float]
 
-    def ratio(self, to: str, frm: str) -> float | None:
-        """Time in dtype `to` over time in dtype `frm`, where both were measured."""
-        a, b = self.us.get(to), self.us.get(frm)
-        return a / b if a and b else None
+    def phase_us(self, key: str, phase: str | None = None) -> float | None:
+        """µs of variant `key`: its forward alone, its backward (the whole less the forward), or (`phase` None,
+        or no forward timed) the whole."""
+        whole, forward = self.us.get(key), self.us.get(key + FORWARD_ONLY)
+        if phase not in ("forward", "backward") or whole is None or forward is None:
+            return whole
+        return forward if phase == "forward" else whole - forward if whole > forward else None
+
+    def ratio(self, to: str, frm: str, phase: str | None = None) -> float | None:
+        """Time in variant `to` over time in variant `frm`, where both were measured: of the kernels of
+        `phase` where it was timed apart, else of the whole op."""
+        a, b = self.phase_us(to, phase), self.phase_us(frm, phase)
+        if a and b:
+            return a / b
+        return self.ratio(to, frm) if phase is not None else None
 
     def key(self) -> Hashable:
         """What a kernel record is matched on (see :func:`ratios`)."""
@@ -59,40 +93,80 @@ def reference_outputs(run: Callable[[], Outputs]) -> list[torch.Tensor | None] |
         return None
 
 
-def time_in_dtypes(run_in: Callable[[torch.dtype], Callable[[], Outputs]], reference: Outputs | None,
-                   tolerance: Mapping[str, float], device: torch.device, samples: int) -> dict[str, float]:
-    """Median µs of `run_in(dtype)()` in each dtype, timed after 3 warm-ups; a dtype whose outputs are off
-    `reference` by more than its `tolerance`, or that cannot run here, is left out (all are, without a
-    reference)."""
+# `run_in(dtype, forward_only)`: the op in that dtype, ready to run; forward_only leaves the backward out.
+RunIn = Callable[[torch.dtype, bool], Callable[[], Outputs]]
+
+
+def time_in_dtypes(run_in: RunIn, reference: Outputs | None, tolerance: Mapping[str, float], device: torch.device,
+                   samples: int, dtypes: Sequence[str] = KEYS, scale: float = 1.0,
+                   split: bool = False) -> dict[str, float]:
+    """Median µs of `run_in(dtype, False)()`'s kernels (their own durations on CUDA: timed alone, an op on a
+    small shape runs at the host's pace, where in the step its launches are queued ahead) in each of
+    `dtypes`, timed after 3 warm-ups, keyed by
+    :func:`variant` at `scale` (the batch the shapes were built at), and with `split` (a training op) of its
+    forward alone (`run_in(dtype, True)`, key + :data:`FORWARD_ONLY`): the libraries' forward and backward
+    kernels move apart with the batch (fp32 ResNet-50 training on an H200, batch 256 to 512: forward batch
+    norms 10.35 → 18.90 ms, backward 14.39 → 28.25). A dtype whose outputs are off `reference` by more than its
+    `tolerance`, or that cannot run here, is left out (all are, without a reference)."""
     us: dict[str, float] = {}
     if reference is None:
         return us
-    for key, dtype in DTYPES.items():
+    for key in dtypes:
+        dtype = DTYPES[key]
+        timed: dict[str, float] = {}
         try:
-            run = run_in(dtype)
-            seconds = sample_seconds(run, device, 3, samples)
-            outputs = [None if o is None else o.detach().float() for o in run()]
-            if all(close(o, ref, tolerance[key]) for o, ref in zip(outputs, reference) if ref is not None):
-                us[key] = statistics.median(seconds) * 1e6
+            for forward_only in (False, True) if split else (False,):
+                run = run_in(dtype, forward_only)
+                seconds = sample_seconds(run, device, 3, samples, kernel_clock=device.type == "cuda")
+                outputs = [None if o is None else o.detach().float() for o in run()]
+                wanted = [(o, ref) for o, ref in zip(outputs, reference)
+                          if ref is not None and not (forward_only and o is None)]  # a forward has no gradients
+                if not all(close(o, ref, tolerance[key]) for o, ref in wanted):
+                    break
+                timed[variant(key, scale) + (FORWARD_ONLY if forward_only else "")] = statistics.median(seconds) * 1e6
         except (RuntimeError, TypeError):  # a dtype this device or build cannot run
             continue
+        if variant(key, scale) in timed:
+            us.update(timed)
     return us
 
 
 def ratios(timings: Sequence[DtypeTimes], key_of: Callable[[KernelRecord], Hashable | None], to: str,
            frm: str) -> Callable[[KernelRecord], float | None]:
-    """Time in dtype `to` over time in `frm` for a kernel of the timed op: its own shape's timing (matched by
-    `key_of`), else (a shape not timed) the ratio of all timed shapes' times together; None where neither
-    was measured or `key_of` says the kernel is not of the op."""
+    """Time in variant `to` over time in `frm` for a kernel of the timed op: its own shape's timing (matched by
+    `key_of`) of the kernel's phase where the forward was timed apart, else (a shape not timed) the ratio of
+    all timed shapes' times together; None where neither was measured or `key_of` says the kernel is not of
+    the op."""
     both = [t for t in timings if t.ratio(to, frm) is not None]
-    by_key = {t.key(): t.ratio(to, frm) for t in reversed(both)}
-    overall = sum(t.us[to] for t in both) / sum(t.us[frm] for t in both) if both else None
+    by_key = {t.key(): t for t in reversed(both)}
+
+    def overall(phase: str | None) -> float | None:
+        pairs = [(a, b) for t in both if (a := t.phase_us(to, phase)) and (b := t.phase_us(frm, phase))]
+        if phase is not None and len(pairs) < len(both):  # not every shape timed its phases apart
+            return overall(None)
+        return sum(a for a, _ in pairs) / sum(b for _, b in pairs) if pairs else None
 
     def ratio(record: KernelRecord) -> float | None:
         key = key_of(record)
-        return None if key is None else by_key.get(key, overall)
+        if key is None:
+            return None
+        timing = by_key.get(key)
+        return timing.ratio(to, frm, record.phase) if timing is not None else overall(record.phase)
 
     return ratio
+
+
+def merged(timings: Sequence[DtypeTimes], more: Sequence[DtypeTimes]) -> list[DtypeTimes]:
+    """`timings` with each of `more`'s times added to the timing of its key (a key not timed yet appended)."""
+    by_key = {t.key(): t for t in timings}
+    out = list(timings)
+    for t in more:
+        if t.key() in by_key:
+            by_key[t.key()].us.update(t.us)
+        else:
+            by_key[t.key()] = t
+            out.append(t)
+    return out
 
 
 def us_from_dict(d: Mapping[str, Any]) -> dict[str, float]:

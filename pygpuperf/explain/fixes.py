@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, causes, convs, explainer, norms, resize, words
+from pygpuperf.explain import attribution, causes, convs, dtype_timing, explainer, norms, resize, words
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -127,11 +127,22 @@ def _predicted_by(explanation: Explanation, model: MachineModel,
 
 def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
     """The step at `scale` times the batch by the kernel model: forward and backward kernels resized as
-    :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way); the rest
-    and the idle time stay as measured."""
+    :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way), except those
+    of a batch norm or convolution whose shape was timed at both batches on the device, which take their
+    timing's ratio; the rest and the idle time stay as measured."""
     batch = resize.AtBatch.of(explanation.median.kernels, explanation.calls, scale)
-    return _predicted_by(explanation, model, lambda r: batch.kernel(r) if r.phase in resize.GROWS_WITH_BATCH
-                         else None, resized=True)
+    families = [ratio for _, _, ratio in _timed_at_batch(explanation, scale)]
+    timed = _first_ratio(families) if families else None
+
+    def grown(r: KernelRecord) -> float | None:
+        return timed(r) if timed is not None and r.phase in resize.GROWS_WITH_BATCH else None
+
+    found = _predicted_by(explanation, model, lambda r: batch.kernel(r) if r.phase in resize.GROWS_WITH_BATCH
+                          and grown(r) is None else None, resized=True)
+    if found is not None and timed is not None:  # what the timed kernels add at the new batch
+        now, after = _timed_totals(explanation, grown)
+        found += after - now
+    return found
 
 
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
@@ -199,11 +210,11 @@ def _amp_dtypes(explanation: Explanation, knobs: Mapping[str, str]) -> tuple[str
     return str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
 
 
-# The library op families timed on the device: (what, Explanation attribute, time the step's shapes in
-# each dtype, each kernel's ratio between two dtypes).
+# The library op families timed on the device: (what, Explanation attribute, time the step's shapes,
+# the dtype the step runs them in, each kernel's ratio between two timings).
 _LIBRARY_FAMILIES = (
-    ("batch norms", "norm_timings", norms.time_step_norms, norms.ratios),
-    ("convolutions", "conv_timings", convs.time_step_convs, convs.ratios),
+    ("batch norms", "norm_timings", norms.time_step_norms, norms.step_dtype, norms.ratios),
+    ("convolutions", "conv_timings", convs.time_step_convs, convs.step_dtype, convs.ratios),
 )
 Ratio = Callable[[KernelRecord], float | None]
 
@@ -212,8 +223,29 @@ def _timed_families(explanation: Explanation, knobs: Mapping[str, str]) -> list[
     """(op family, shapes timed, each of its kernels' time in the AMP fix's dtype over its time now) for the
     families timed on the device (Explanation.norm_timings, .conv_timings)."""
     to, frm = _amp_dtypes(explanation, knobs)
-    return [(what, len(timings), ratios(timings, to, frm)) for what, attr, _, ratios in _LIBRARY_FAMILIES
+    return [(what, len(timings), ratios(timings, to, frm)) for what, attr, _, _, ratios in _LIBRARY_FAMILIES
             if (timings := getattr(explanation, attr))]
+
+
+def _timed_at_batch(explanation: Explanation, scale: float) -> list[tuple[str, int, Ratio]]:
+    """(op family, shapes timed, each of its kernels' time at `scale` times the batch over its time now, in
+    the dtype the step runs the family in) for the families timed at both batches on the device."""
+    out = []
+    for what, attr, _, dtype_of, ratios in _LIBRARY_FAMILIES:
+        timings, dtype = getattr(explanation, attr), dtype_of(explanation.median.kernels)
+        at = dtype_timing.variant(dtype, scale) if dtype else None
+        both = [t for t in timings if at and t.ratio(at, dtype) is not None]
+        if both:
+            out.append((what, len(both), ratios(both, at, dtype)))
+    return out
+
+
+def _first_ratio(families: Sequence[Ratio]) -> Ratio:
+    """A kernel's ratio from the first family that has one for it (None where none does)."""
+    def ratio(record: KernelRecord) -> float | None:
+        return next((found for found in (of(record) for of in families) if found is not None), None)
+
+    return ratio
 
 
 def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Ratio | None:
@@ -221,13 +253,7 @@ def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Ratio | 
     from its own shape's timing on the device; None for a kernel of neither, or one no timing covers; None
     in all when nothing was timed."""
     families = [ratio for _, _, ratio in _timed_families(explanation, knobs)]
-    if not families:
-        return None
-
-    def ratio(record: KernelRecord) -> float | None:
-        return next((found for found in (of(record) for of in families) if found is not None), None)
-
-    return ratio
+    return _first_ratio(families) if families else None
 
 
 def _timed_totals(explanation: Explanation, ratio: Callable[[KernelRecord], float | None]) -> tuple[float, float]:
@@ -240,15 +266,23 @@ def _timed_totals(explanation: Explanation, ratio: Callable[[KernelRecord], floa
     return now, after
 
 
-def _timed_note(explanation: Explanation, knobs: Mapping[str, str]) -> list[str]:
-    """The evidence an AMP fix's prediction takes from the device timings: each timed family's kernels now
-    and in the new dtype."""
+def _timed_note(explanation: Explanation, name: str, knobs: Mapping[str, str], samples: int | None) -> list[str]:
+    """The evidence an AMP or batch fix's prediction takes from the device timings: each timed family's
+    kernels now and after the fix."""
+    if name == "amp":
+        families, how, after_fix = _timed_families(explanation, knobs), "in both dtypes", f"in {knobs.get('amp', '')}"
+    elif name == "batch_size" and knobs and samples:
+        batch = int(knobs["batch_size"])
+        families, how = _timed_at_batch(explanation, batch / samples), f"at batch {samples} and {batch}"
+        after_fix = f"at batch {batch}"
+    else:
+        return []
     notes = []
-    for what, count, ratio in _timed_families(explanation, knobs):
+    for what, count, ratio in families:
         now, after = _timed_totals(explanation, ratio)
         if now > 0:
-            notes.append(f"{what}: {count} shapes timed in both dtypes on this device; the step's {what} "
-                         f"{now / 1e3:.2f} → {after / 1e3:.2f} ms in {knobs.get('amp', '')}")
+            notes.append(f"{what}: {count} shapes timed {how} on this device; the step's {what} "
+                         f"{now / 1e3:.2f} → {after / 1e3:.2f} ms {after_fix}")
     return notes
 
 
@@ -466,12 +500,14 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
     base_samples, given = run.base_samples, run.given
     trial = FixTrial(name, what, dict(knobs), "waived", baseline_step_us=run.base_us,
                      baseline_samples_per_step=base_samples)
-    if name == "amp" and waiver is None and device.type == "cuda":
-        _time_library_ops(explanation, device)
+    if waiver is None and device.type == "cuda" and name in ("amp", "batch_size"):
+        scale = int(knobs["batch_size"]) / base_samples if name == "batch_size" and base_samples else 1.0
+        if name == "amp" or scale != 1:
+            _time_library_ops(explanation, device, scale)
     trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, run.predicted,
                                              graph_fuses_optimizer=graph_fuses_optimizer(target))
-    if name == "amp" and trial.predicted_step_us is not None:
-        trial.notes += _timed_note(explanation, knobs)
+    if trial.predicted_step_us is not None:
+        trial.notes += _timed_note(explanation, name, knobs, base_samples)
     if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
         trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
                            "the host's own work per step, which this fix keeps")
@@ -505,18 +541,26 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
     return trial
 
 
-def _time_library_ops(explanation: Explanation, device: torch.device) -> None:
-    """An AMP dtype fix changes which kernels the libraries run for the step's batch norms and convolutions:
-    time each of their shapes in each dtype (Explanation.norm_timings, .conv_timings), once."""
+def _time_library_ops(explanation: Explanation, device: torch.device, scale: float = 1.0) -> None:
+    """An AMP dtype fix (`scale` 1) or a batch fix (`scale` times the batch) changes which kernels the libraries
+    run for the step's batch norms and convolutions: time each of their shapes in each dtype, or in the
+    step's dtype at its batch and at `scale` times it, into Explanation.norm_timings and .conv_timings; a
+    variant timed already is not timed again."""
     records = explanation.median.kernels
     training = any(r.phase == "backward" for r in records)
-    for _, attr, time_all, _ in _LIBRARY_FAMILIES:
-        if getattr(explanation, attr):
-            continue
-        try:
-            setattr(explanation, attr, time_all(records, training, device))
-        except RuntimeError:  # out of memory for its tensors: the AMP fix is then priced without it
-            setattr(explanation, attr, [])
+    for _, attr, time_all, dtype_of, _ in _LIBRARY_FAMILIES:
+        timings = getattr(explanation, attr)
+        step = dtype_of(records)
+        wanted = [(k, 1.0) for k in dtype_timing.KEYS] if scale == 1 else [(step, 1.0), (step, scale)] if step else []
+        for at in sorted({s for _, s in wanted}):
+            dtypes = [k for k, s in wanted if s == at and not any(dtype_timing.variant(k, s) in t.us for t in timings)]
+            if not dtypes:
+                continue
+            try:
+                timings = dtype_timing.merged(timings, time_all(records, training, device, dtypes=dtypes, scale=at))
+            except RuntimeError:  # out of memory for its tensors: the fix is then priced without it
+                continue
+        setattr(explanation, attr, timings)
 
 
 def _timed_build(target: Target, device: torch.device, measure: Callable[..., Throughput],

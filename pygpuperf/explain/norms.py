@@ -5,7 +5,7 @@ torch runs batch norm through cuDNN for fp32 and fp16 inputs, but through its ow
 so an AMP dtype change changes which library's kernels run, not just their bytes. Nothing in one profile
 says how fast the other library's kernels are; this times them on the device, on the shapes and layouts the
 step runs (how much faster one library is depends on the shape), so that the prediction of an AMP fix can
-price each of the step's batch norms in the new dtype.
+price each of the step's batch norms in the new dtype, and that of a batch fix at the new batch.
 """
 
 from __future__ import annotations
@@ -72,11 +72,17 @@ def norm_shapes(records: Sequence[KernelRecord]) -> list[tuple[list[int], bool]]
 
 
 def time_step_norms(records: Sequence[KernelRecord], training: bool, device: torch.device | str,
-                    samples: int = 20) -> list[NormTiming]:
+                    samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS,
+                    scale: float = 1.0) -> list[NormTiming]:
     """:func:`time_batch_norm` of each of the step's batch-norm shapes (the :data:`MAX_SHAPES` it spends
     most time in)."""
-    return [time_batch_norm(shape, last, training, device, samples)
+    return [time_batch_norm(shape, last, training, device, samples, dtypes, scale)
             for shape, last in norm_shapes(records)[:MAX_SHAPES]]
+
+
+def step_dtype(records: Sequence[KernelRecord]) -> str | None:
+    """The dtype the step's batch norms run in (their forward's input)."""
+    return dtype_timing.step_dtype([r for r in records if r.phase in ("forward", "other") and _key_of(r)])
 
 
 def _key_of(record: KernelRecord) -> Hashable | None:
@@ -94,21 +100,23 @@ def ratios(timings: Sequence[NormTiming], to: str, frm: str) -> Callable[[Kernel
 
 
 def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, device: torch.device | str,
-                    samples: int = 20) -> NormTiming:
-    """Median µs of F.batch_norm on random non-zero input of `shape` in each dtype (fp32 weights, as
-    autocast keeps them), forward and backward when `training`; a dtype whose output (or input gradient)
-    is off the fp32 reference by more than its tolerance, or that fails, is left out."""
+                    samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS, scale: float = 1.0) -> NormTiming:
+    """Median µs of F.batch_norm on random non-zero input of `shape` (its batch times `scale`) in each of
+    `dtypes` (fp32 weights, as autocast keeps them), forward and backward when `training`, keyed by
+    :func:`dtype_timing.variant`; a dtype whose output (or input gradient) is off the fp32 reference by more
+    than its tolerance, or that fails, is left out."""
     device = torch.device(device)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     generator = torch.Generator(device=device).manual_seed(0)
-    base = (torch.rand(*shape, device=device, generator=generator) + 0.5).contiguous(memory_format=fmt)
+    sized = [max(1, round(shape[0] * scale)), *shape[1:]]
+    base = (torch.rand(*sized, device=device, generator=generator) + 0.5).contiguous(memory_format=fmt)
     channels = shape[1]
     weight = torch.rand(channels, device=device, generator=generator) + 0.5
     bias = torch.rand(channels, device=device, generator=generator) - 0.5
-    grad = (torch.rand(*shape, device=device, generator=generator) - 0.5).contiguous(memory_format=fmt)
+    grad = (torch.rand(*sized, device=device, generator=generator) - 0.5).contiguous(memory_format=fmt)
     mean, var = torch.zeros(channels, device=device), torch.ones(channels, device=device)
 
-    def run_in(dtype: torch.dtype) -> Callable[[], dtype_timing.Outputs]:
+    def run_in(dtype: torch.dtype, forward_only: bool = False) -> Callable[[], dtype_timing.Outputs]:
         # A leaf of its own per dtype (a cast of a shared leaf would time the cast's backward too), and
         # gradients returned rather than accumulated: what a training step's batch norm runs.
         x = base.to(dtype, copy=True).requires_grad_(training)
@@ -117,7 +125,7 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
 
         def run() -> dtype_timing.Outputs:
             out = torch.nn.functional.batch_norm(x, mean, var, w, b, training=training)
-            if not training:
+            if not training or forward_only:
                 return out, None
             return out, torch.autograd.grad(out, (x, w, b), g)[0]
 
@@ -125,4 +133,5 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
 
     reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     return NormTiming(list(shape), channels_last, training,
-                      dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples))
+                      dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples, dtypes, scale,
+                                                  split=training))
