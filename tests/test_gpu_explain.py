@@ -133,6 +133,16 @@ def test_a_small_batch_norm_is_timed_by_its_kernels_not_by_the_hosts_pace():
     assert doubled / now > 1.6, f"backward {now:.1f} us at batch 256, {doubled:.1f} us at 512"
 
 
+def test_a_bias_gradient_sum_grows_less_than_its_bytes_and_the_timing_says_so():
+    """torch's reduce kernel sums a tall matrix's rows far from its bandwidth bound: in GPT-100M's H200
+    profiles at batch 16 and 32 a [16384, 768] bf16 bias gradient took 32.0 and 45.3 us."""
+    from pygpuperf.explain.sums import time_sum
+
+    now = time_sum([16384, 768], [0], True, False, "cuda", dtypes=("bf16",)).us["bf16"]
+    doubled = time_sum([16384, 768], [0], True, False, "cuda", dtypes=("bf16",), scale=2).us["bf16@x2"]
+    assert 1.0 < doubled / now < 1.8, f"{now:.1f} us, {doubled:.1f} us at twice the rows"
+
+
 def _launch_bound_step():
     x = torch.rand(1024, device="cuda") + 0.5
 
@@ -152,15 +162,17 @@ def test_a_launch_bound_step_timed_after_the_trace_is_as_fast_as_before_it():
     step = _launch_bound_step()
 
     def step_us() -> float:
-        return statistics.median(explainer.measure_throughput(step, "cuda", 1, warmup=5, steps=30).step_us.median
-                                 for _ in range(3))
+        return explainer.measure_throughput(step, "cuda", 1, warmup=5, steps=30).step_us.median
 
-    before = step_us()
-    trace.capture_step(step, torch.device("cuda"), steps=2, warmup=1)
-    after = step_us()  # the timing releases it (a --compare-config's next config, each --try-fixes fix)
-    # Kept attached, the loop took 1.98x as long on the H200 (2259 -> 4482 us); released, it has come out up to
-    # 1.13x (3357 -> 3780 us): a host-paced loop's pace wanders between windows.
-    assert after / before < 1.25, f"{before:.0f} us before the trace, {after:.0f} us after"
+    # Kept attached, the loop took 1.98x as long on the H200 (2259 -> 4482 us). Released, a host-paced loop's
+    # pace still wanders over seconds with no trace at all (benchmarks/launch_after_trace.py: 2886, 3679, 3296,
+    # 4340, 4079 us in five phases), so each trace is judged against the window just before it.
+    ratios = []
+    for _ in range(3):
+        before = step_us()
+        trace.capture_step(step, torch.device("cuda"), steps=2, warmup=1)
+        ratios.append(step_us() / before)  # the timing releases it (each --try-fixes fix, a compared config)
+    assert statistics.median(ratios) < 1.25, [f"{r:.2f}" for r in ratios]
 
 
 def test_a_trace_after_the_release_still_ties_every_kernel_to_its_launch_and_call():

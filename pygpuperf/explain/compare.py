@@ -100,6 +100,10 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
         from pygpuperf.explain.convs import ConvTiming
 
         explanation.conv_timings = [ConvTiming.from_dict(dict(t)) for t in doc["convolution_timing"]]
+    if doc.get("sum_timing"):
+        from pygpuperf.explain.sums import SumTiming
+
+        explanation.sum_timings = [SumTiming.from_dict(dict(t)) for t in doc["sum_timing"]]
     return explanation
 
 
