@@ -102,8 +102,8 @@ def time_in_dtypes(run_in: RunIn, reference: Outputs | None, tolerance: Mapping[
                    split: bool = False) -> dict[str, float]:
     """Median µs of `run_in(dtype, False)()`'s kernels (their own durations on CUDA: timed alone, an op on a
     small shape runs at the host's pace, where in the step its launches are queued ahead) in each of
-    `dtypes`, timed after 3 warm-ups, keyed by
-    :func:`variant` at `scale` (the batch the shapes were built at), and with `split` (a training op) of its
+    `dtypes`, timed after 3 warm-ups, keyed by :func:`variant` at `scale` (the batch the shapes were built
+    at), and with `split` (a training op) of its
     forward alone (`run_in(dtype, True)`, key + :data:`FORWARD_ONLY`): the libraries' forward and backward
     kernels move apart with the batch (fp32 ResNet-50 training on an H200, batch 256 to 512: forward batch
     norms 10.35 → 18.90 ms, backward 14.39 → 28.25). A dtype whose outputs are off `reference` by more than its

@@ -128,7 +128,7 @@ def _predicted_by(explanation: Explanation, model: MachineModel,
 def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
     """The step at `scale` times the batch by the kernel model: forward and backward kernels resized as
     :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way), except those
-    of a batch norm or convolution whose shape was timed at both batches on the device, which take their
+    of a batch norm, convolution or sum whose shape was timed at both batches on the device, which take their
     timing's ratio; the rest and the idle time stay as measured."""
     batch = resize.AtBatch.of(explanation.median.kernels, explanation.calls, scale)
     families = [ratio for _, _, ratio in _timed_at_batch(explanation, scale)]
@@ -250,9 +250,9 @@ def _first_ratio(families: Sequence[Ratio]) -> Ratio:
 
 
 def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Ratio | None:
-    """For an AMP dtype fix: each batch-norm or convolution kernel's time in the new dtype over its time now,
-    from its own shape's timing on the device; None for a kernel of neither, or one no timing covers; None
-    in all when nothing was timed."""
+    """For an AMP dtype fix: each batch-norm, convolution or sum kernel's time in the new dtype over its time
+    now, from its own shape's timing on the device; None for a kernel of none of them, or one no timing
+    covers; None in all when nothing was timed."""
     families = [ratio for _, _, ratio in _timed_families(explanation, knobs)]
     return _first_ratio(families) if families else None
 

@@ -80,8 +80,9 @@ def kept_ramp(record: KernelRecord, before: KernelTime, t0_us: float) -> float:
 def resized_us(record: KernelRecord, before: KernelTime, after: KernelTime, t0_us: float,
                ramp_scale: float = 1.0) -> float:
     """The record's duration on its resized work (`after`, priced as `before` was): fixed cost, the ramp it
-    kept (times `ramp_scale` on another card), and the new work at the residual it had beyond both. A kernel
-    faster than its bound (miscounted work: an FFT convolution) keeps its speed."""
+    kept (times `ramp_scale` on another card), and the new work at the residual it had beyond both; for a
+    memory-bound kernel, fixed cost and the longer of its ramp and its new work at the residual it had beyond
+    its fixed cost. A kernel faster than its bound (miscounted work: an FFT convolution) keeps its speed."""
     if record.kernel_class == MEMORY_BOUND:  # its ramp overlaps its streaming: the longer of the two
         ramp = max(t0_us - before.fixed_us, 0.0)
         streaming = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
