@@ -388,16 +388,17 @@ def test_the_latency_residual_carries_a_kernels_excess_as_time_not_as_a_fraction
     assert predict(_profile(), _model(), _model(), residual="latency").step_us == pytest.approx(10000.0)
 
 
-def test_a_batch_prediction_resizes_a_kernel_as_the_batch_fix_does_keeping_its_ramp():
+def test_a_batch_prediction_resizes_a_memory_kernel_as_the_batch_fix_does_its_ramp_overlapping_its_stream():
     from pygpuperf.core.results import LinkFit
 
     model = _model(hbm=20.0)
     # The card's copy sweep: 20 GB/s after a 30 us ramp per kernel (no fixed cost measured).
     model.memory_fits["hbm.copy"] = LinkFit("memory.size.sweep", "t", 20.0, 30.0, 6e5, 8, 0.01, 1e3, 1e9)
     add = KernelRecord("add", start_us=0.0, duration_us=100.0, kernel_class=MEMORY_BOUND, precision="fp16",
-                       bytes=1e6, phase="forward")  # a 50 us bound: 30 us of ramp, then 1.4x its bound
+                       bytes=1e6, phase="forward")  # a 50 us bound, streaming at half its bandwidth
     line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
     step = ExplainedStep(0, [add], line, Waterfall(0, {}, 100.0, 0, 1), [])
     profile = Explanation("synthetic", [step], step)
     profile.throughput = Throughput(Stats(100.0, 100.0, 100.0, 100.0, 0.0, 10), 8)
-    assert predict_batch(profile, model, 16).step_us == pytest.approx(30.0 + 2 * 50.0 * 1.4)  # not 2 x 100
+    assert predict_batch(profile, model, 16).step_us == pytest.approx(2 * 100.0)  # the ramp hides in the stream
+    assert predict_batch(profile, model, 1).step_us == pytest.approx(30.0)  # shrunk below it, the ramp is left
