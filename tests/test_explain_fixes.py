@@ -82,8 +82,8 @@ def test_a_resized_memory_kernel_takes_the_longer_of_its_ramp_and_its_stream_and
         e.median.timeline = Timeline(wall_us=measured_us, busy_us=measured_us, idle=Idle())
         return e
 
-    # Streaming, its ramp is hidden: an H200's fp32 ResNet-50 profiles at batch 256 and 512 had 184 ReLU, add
-    # and ReLU-backward kernels of 47-390 us each take 2x their time less 0.7 us at the median (the fixed cost).
+    # Streaming, its ramp is hidden: an H200's fp32 ResNet-50 profiles at batch 256 and 512 had 125 ReLU, add
+    # and ReLU-backward kernels of 17.5-566 us take twice their time, 0.6 us more at the median.
     assert fixes.predicted_at_batch(step_of(85.0), model, 2.0) == pytest.approx(2 * 85.0)
     assert fixes.predicted_at_batch(step_of(500.0), model, 2.0) == pytest.approx(2 * 500.0)
     # shrunk below its ramp, the ramp is its floor

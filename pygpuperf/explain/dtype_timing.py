@@ -4,8 +4,7 @@ batch a batch fix moves to.
 An AMP dtype change can change which kernels a library runs, not just their bytes: torch runs batch norm
 through cuDNN in fp32 and fp16 but through its own kernels in bf16, and cuDNN's convolution kernels differ
 by dtype too. A batch change does the same: in fp32 ResNet-50 training profiles on an H200 at batch 256 and
-512, the forward batch norms took 10.36 and 18.90 ms, the backward convolutions 22.18 and 42.90 ms, where
-the kernel model scales them to 20.48 and 43.69. Nothing in one profile says how fast the other dtype's or
+512, the forward batch norms took 10.41 and 18.95 ms, 1.82x where their bytes doubled. Nothing in one profile says how fast the other dtype's or
 batch's kernels are, so the step's own shapes are timed (:mod:`pygpuperf.explain.norms`,
 :mod:`pygpuperf.explain.convs`) and each kernel of such an op is priced by its shape's ratio. Every result
 is checked against an fp32 reference after timing; one that is off, or cannot run, is left out. A timing's
@@ -106,7 +105,7 @@ def time_in_dtypes(run_in: RunIn, reference: Outputs | None, tolerance: Mapping[
     at), and with `split` (a training op) of its
     forward alone (`run_in(dtype, True)`, key + :data:`FORWARD_ONLY`): the libraries' forward and backward
     kernels move apart with the batch (fp32 ResNet-50 training on an H200, batch 256 to 512: forward batch
-    norms 10.35 → 18.90 ms, backward 14.39 → 28.25). A dtype whose outputs are off `reference` by more than its
+    norms 10.41 → 18.95 ms, backward 14.43 → 28.31). A dtype whose outputs are off `reference` by more than its
     `tolerance`, or that cannot run here, is left out (all are, without a reference)."""
     us: dict[str, float] = {}
     if reference is None:
@@ -167,6 +166,22 @@ def merged(timings: Sequence[DtypeTimes], more: Sequence[DtypeTimes]) -> list[Dt
             by_key[t.key()] = t
             out.append(t)
     return out
+
+
+def concrete_ints(text: Any) -> list[int] | None:
+    """An int list as the profiler spells an op's concrete input ("[1, 1]", "1", "[]"); None where it is not
+    one."""
+    parts = [x for x in str(text).strip("[] ").split(",") if x.strip()]
+    try:
+        return [int(x) for x in parts]
+    except ValueError:
+        return None
+
+
+def channels_last(shape: Sequence[int], strides: Any) -> bool:
+    """Whether a 4-d tensor of `shape` with the recorded `strides` is laid out channels-last (NHWC)."""
+    return (len(shape) == 4 and isinstance(strides, list) and len(strides) == 4 and strides[1] == 1
+            and shape[1] > 1)
 
 
 def us_from_dict(d: Mapping[str, Any]) -> dict[str, float]:

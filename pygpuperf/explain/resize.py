@@ -12,8 +12,9 @@ cost before it streams: the card's main-memory copy sweep fits time = t0 + bytes
 t0 - fixed (3.3 µs on the H200) does not grow with the bytes; the library's small GEMMs spend about as much
 beyond their fixed cost and waves (4.0-4.3 µs for 512³ and 1024³ in bf16 and fp16), so a compute kernel
 keeps it, up to its excess over its bound. A memory-bound kernel's ramp overlaps its streaming: it takes
-the longer of the two (in fp32 ResNet-50 profiles on an H200 at batch 256 and 512, 184 ReLU, add and
-ReLU-backward kernels of 47-390 µs took twice their time less 0.7 µs at the median, the fixed cost), so a
+the longer of the two (in fp32 ResNet-50 profiles on an H200 at batch 256 and 512, 125 ReLU, add and
+ReLU-backward kernels of 17.5-566 µs took twice their time at the new batch, within -4.1 to +3.5 µs from p10
+to p90 and 0.6 µs more at the median: no constant beyond the fixed cost), so a
 streaming kernel doubles with its bytes and one shrunk below its ramp keeps the ramp as its floor.
 """
 
