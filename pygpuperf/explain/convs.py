@@ -83,15 +83,6 @@ _OUTPUT_MASK = 10  # convolution_backward's argument saying which gradients it c
 _SETTINGS = {"aten::cudnn_convolution": (6, 8), "aten::_convolution": (9, 12)}
 
 
-def _ints(text: Any) -> list[int] | None:
-    """An int list as the profiler spells one ("[1, 1]", "1"); None where it is not one."""
-    parts = [x for x in str(text).strip("[] ").split(",") if x.strip()]
-    try:
-        return [int(x) for x in parts]
-    except ValueError:
-        return None
-
-
 # A kernel of a convolution op whose arguments were not all recorded: timed by no shape of its own.
 _UNRECORDED = ()
 
@@ -106,8 +97,8 @@ def _shape_of(record: KernelRecord) -> ConvShape | tuple[()] | None:
     shapes, concrete = record.input_shapes, record.concrete_inputs
     try:
         x, w = shapes[at[0]], shapes[at[1]]
-        stride, padding, dilation = (_ints(concrete[i]) for i in at[2:5])
-        groups = _ints(concrete[at[5]])
+        stride, padding, dilation = (dtype_timing.concrete_ints(concrete[i]) for i in at[2:5])
+        groups = dtype_timing.concrete_ints(concrete[at[5]])
         transposed = str(concrete[at[6]]) == "True" if at[6] is not None else False
         strides = record.input_strides[at[0]]
     except (IndexError, TypeError):
@@ -117,7 +108,7 @@ def _shape_of(record: KernelRecord) -> ConvShape | tuple[()] | None:
     if not (isinstance(x, list) and len(x) == 4 and isinstance(w, list) and len(w) == 4 and all(
             isinstance(v, int) and v > 0 for v in (*x, *w)) and stride and padding and dilation and groups):
         return _UNRECORDED
-    last = isinstance(strides, list) and len(strides) == 4 and strides[1] == 1 and x[1] > 1
+    last = dtype_timing.channels_last(x, strides)
     two = lambda v: list(v * 2 if len(v) == 1 else v)  # noqa: E731 - one value stands for both dims
     return ConvShape(list(x), list(w), two(stride), two(padding), two(dilation), groups[0], last)
 

@@ -56,7 +56,7 @@ def _layout(r: KernelRecord) -> tuple[tuple[int, ...], bool] | None:
     if not (isinstance(shape, list) and len(shape) == 4 and all(isinstance(d, int) and d > 0 for d in shape)):
         return None
     strides = r.input_strides[0] if r.input_strides else None
-    return tuple(shape), isinstance(strides, list) and len(strides) == 4 and strides[1] == 1 and shape[1] > 1
+    return tuple(shape), dtype_timing.channels_last(shape, strides)
 
 
 def norm_shapes(records: Sequence[KernelRecord]) -> list[tuple[list[int], bool]]:

@@ -10,8 +10,7 @@ kernel grows, so the batch fix times each shape at both batches (:mod:`pygpuperf
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from pygpuperf.explain.model import KernelRecord
 SUM_OP = "aten::sum"
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 1e-1}  # of the fp32 reference's magnitude
 MAX_SHAPES = 32  # shapes timed at most: those the step spends most time in
+SumKey = tuple[tuple[int, ...], tuple[int, ...], bool, bool]  # (shape, dims, keepdim, channels_last)
 
 
 @dataclass
@@ -36,7 +36,7 @@ class SumTiming(DtypeTimes):
     channels_last: bool
     us: dict[str, float] = field(default_factory=dict)
 
-    def key(self) -> Hashable:
+    def key(self) -> SumKey:
         return tuple(self.shape), tuple(self.dims), self.keepdim, self.channels_last
 
     def to_dict(self) -> dict[str, Any]:
@@ -49,30 +49,26 @@ class SumTiming(DtypeTimes):
                          bool(d["channels_last"]), dtype_timing.us_from_dict(d))
 
 
-def _sum_of(record: KernelRecord) -> tuple[tuple[int, ...], tuple[int, ...], bool, bool] | tuple[()] | None:
+def _sum_of(record: KernelRecord) -> SumKey | tuple[()] | None:
     """(shape, dims, keepdim, channels_last) of a sum kernel's op; () for a sum whose arguments were not all
     recorded (or that reduces every dimension); None for a kernel of another op."""
     if record.op != SUM_OP:
         return None
     shape = record.input_shapes[0] if record.input_shapes else None
     concrete = record.concrete_inputs
-    try:
-        dims = ast.literal_eval(concrete[1])
-        keepdim = concrete[2] == "True"
-    except (IndexError, ValueError, SyntaxError):
-        return ()
+    dims = dtype_timing.concrete_ints(concrete[1]) if len(concrete) > 2 else None
     if not (isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)
-            and isinstance(dims, list) and dims and all(isinstance(d, int) and -len(shape) <= d < len(shape)
-                                                        for d in dims)):
+            and dims and all(-len(shape) <= d < len(shape) for d in dims)):
         return ()
+    keepdim = concrete[2] == "True"
     strides = record.input_strides[0] if record.input_strides else None
-    last = len(shape) == 4 and isinstance(strides, list) and len(strides) == 4 and strides[1] == 1 and shape[1] > 1
+    last = dtype_timing.channels_last(shape, strides)
     return tuple(shape), tuple(d % len(shape) for d in dims), keepdim, last
 
 
-def sum_shapes(records: Sequence[KernelRecord]) -> list[tuple[tuple[int, ...], tuple[int, ...], bool, bool]]:
+def sum_shapes(records: Sequence[KernelRecord]) -> list[SumKey]:
     """Each sum the step runs (:func:`_sum_of`'s key), most time first."""
-    spent: dict[tuple[tuple[int, ...], tuple[int, ...], bool, bool], float] = {}
+    spent: dict[SumKey, float] = {}
     for r in records:
         key = _sum_of(r)
         if key:
