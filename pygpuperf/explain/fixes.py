@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, causes, convs, dtype_timing, explainer, norms, resize, sums, words
+from pygpuperf.explain import (attribution, causes, convs, dtype_timing, explainer, norms, queue, resize, sums,
+                               words)
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -109,27 +110,32 @@ def _predictions(explanation: Explanation) -> dict[str, float]:
     return out
 
 
-def _predicted_by(explanation: Explanation, model: MachineModel,
-                  change: Callable[[KernelRecord], KernelRecord | None], resized: bool = False) -> float | None:
-    """The step with each kernel `change` returns re-priced by the kernel model (keeping its measured
-    residual); kernels it returns None for, and the idle time, stay as measured."""
+def _deltas_by(explanation: Explanation, model: MachineModel,
+               change: Callable[[KernelRecord], KernelRecord | None], resized: bool = False) -> list[float]:
+    """Each kernel's change of exclusive time when `change` re-prices it by the kernel model (keeping its
+    measured residual); 0 for a kernel it returns None for."""
     records = explanation.median.kernels
-    if not records:
-        return None
-    pricing = causes._Pricing.of(records, explanation.calls, model)
-    delta = 0.0
+    pricing = causes._Pricing.of(records, explanation.calls, model) if records else None
+    out = []
     for r, share in zip(records, attribution.exclusive_times(records)):
         changed = change(r) if r.duration_us > 0 else None
-        if changed is not None:
-            delta += share * (pricing.reprice(r, changed, cap=False, resized=resized) / r.duration_us - 1.0)
-    return explanation.median.timeline.wall_us + delta
+        out.append(share * (pricing.reprice(r, changed, cap=False, resized=resized) / r.duration_us - 1.0)
+                   if changed is not None else 0.0)
+    return out
 
 
-def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
-    """The step at `scale` times the batch by the kernel model: forward and backward kernels resized as
+def _timed_deltas(explanation: Explanation, ratio: Ratio) -> list[float]:
+    """Each kernel's change of exclusive time at the ratio its device timing gives (0 where none does)."""
+    records = explanation.median.kernels
+    return [share * (found - 1.0) if (found := ratio(r)) is not None else 0.0
+            for r, share in zip(records, attribution.exclusive_times(records))]
+
+
+def _batch_deltas(explanation: Explanation, model: MachineModel, scale: float) -> list[float]:
+    """Each kernel's change at `scale` times the batch: forward and backward kernels resized as
     :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way), except those
     of a batch norm, convolution or sum whose shape was timed at both batches on the device, which take their
-    timing's ratio; the rest and the idle time stay as measured."""
+    timing's ratio; the rest stay as measured."""
     batch = resize.AtBatch.of(explanation.median.kernels, explanation.calls, scale)
     families = [ratio for _, _, ratio in _timed_at_batch(explanation, scale)]
     timed = _first_ratio(families) if families else None
@@ -137,12 +143,17 @@ def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: flo
     def grown(r: KernelRecord) -> float | None:
         return timed(r) if timed is not None and r.phase in resize.GROWS_WITH_BATCH else None
 
-    found = _predicted_by(explanation, model, lambda r: batch.kernel(r) if r.phase in resize.GROWS_WITH_BATCH
-                          and grown(r) is None else None, resized=True)
-    if found is not None and timed is not None:  # what the timed kernels add at the new batch
-        now, after = _timed_totals(explanation, grown)
-        found += after - now
-    return found
+    deltas = _deltas_by(explanation, model, lambda r: batch.kernel(r) if r.phase in resize.GROWS_WITH_BATCH
+                        and grown(r) is None else None, resized=True)
+    return [a + b for a, b in zip(deltas, _timed_deltas(explanation, grown))] if timed is not None else deltas
+
+
+def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
+    """The step at `scale` times the batch by the kernel model (:func:`_batch_deltas`), the idle time as
+    measured."""
+    if not explanation.median.kernels:
+        return None
+    return explanation.median.timeline.wall_us + sum(_batch_deltas(explanation, model, scale))
 
 
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
@@ -166,42 +177,150 @@ def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRec
     return {"tf32": tf32, "fp16_accumulation": fp16_accumulation, "amp": other_amp}.get(name)
 
 
+def _cause_deltas(explanation: Explanation, trial: str) -> list[float] | None:
+    """The saving of the cause whose fix `trial` applies (the largest saving of that name), spread over the
+    cause's kernels by their exclusive time; None where no cause with kernels names it."""
+    found = [c for c in (explanation.causes.items if explanation.causes is not None else ())
+             if c.fix is not None and c.fix.trial == trial]
+    if not found:
+        return None
+    cause = min(found, key=lambda c: c.fix.predicted_step_us)
+    records = explanation.median.kernels
+    shares = attribution.exclusive_times(records)
+    total = sum(shares[i] for i in cause.kernels)
+    if total <= 0:
+        return None
+    out = [0.0] * len(records)
+    for i in cause.kernels:
+        out[i] = -cause.fix.saves_us * shares[i] / total
+    return out
+
+
+# GradScaler's own kernels (fp16 AMP): checking the gradients for inf/NaN while unscaling them, and the scale's
+# update; the scaler's host sync (found_inf.item()) comes between them and the optimizer's step.
+_SCALER_OPS = ("aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_")
+
+
+@dataclass(frozen=True)
+class _Syncs:
+    """A fix's change to the step's host syncs: the queue's sync events it removes, one it adds before an event."""
+
+    removed: frozenset[int] = frozenset()
+    added_before: int | None = None
+
+
+def _scaler_change(explanation: Explanation, host: queue.HostQueue, to: str, now: str,
+                   deltas: list[float]) -> _Syncs:
+    """What the AMP fix does to GradScaler's work: fp16 → another dtype drops its kernels (their time off
+    `deltas`) and the syncs right after them; another dtype → fp16 on a training step adds a sync before the
+    optimizer's first launch."""
+    records = explanation.median.kernels
+    if now == "fp16" and to != "fp16":
+        shares = attribution.exclusive_times(records)
+        for i, r in enumerate(records):
+            if r.op in _SCALER_OPS:
+                deltas[i] = -shares[i]
+        removed, after_scaler = set(), False
+        for n, ev in enumerate(host.events):
+            if ev.kernel is not None:  # between the unscaling and the optimizer's first kernel
+                op, phase = records[ev.kernel].op, records[ev.kernel].phase
+                after_scaler = op == _SCALER_OPS[0] or (after_scaler and phase != "optimizer")
+            elif ev.sync and after_scaler:
+                removed.add(n)
+        return _Syncs(frozenset(removed))
+    if to == "fp16" and now != "fp16":
+        first = next((n for n, ev in enumerate(host.events)
+                      if ev.kernel is not None and records[ev.kernel].phase == "optimizer"), None)
+        return _Syncs(added_before=first)
+    return _Syncs()
+
+
+def _queued(explanation: Explanation, model: MachineModel, deltas: Sequence[float],
+            change: Callable[[queue.HostQueue, list[float]], _Syncs] | None = None) -> float | None:
+    """The step with each kernel's exclusive time changed by `deltas`, replayed through the host's and the
+    device's queues (:mod:`pygpuperf.explain.queue`): the measured step plus the replay's change. None where
+    the step cannot be replayed (no launch times, or its syncs not kept) or is device-bound (its kernels' changes add up)."""
+    step = explanation.median
+    if step.timeline.idle.sync_us > 0 and not step.syncs:  # recorded before the syncs were kept
+        return None
+    terms = causes._Pricing.of(step.kernels, explanation.calls, model).terms
+    host = queue.build(step.kernels, step.window_us, step.syncs, terms.gap_us)
+    if host is None:
+        return None
+    now = attribution.exclusive_times(step.kernels)
+    host = host.fitted(now, step.timeline.wall_us)
+    if host is None:
+        return None
+    changed = list(deltas)
+    syncs = change(host, changed) if change is not None else _Syncs()
+    after = [max(a + b, 0.0) for a, b in zip(now, changed)]
+    return step.timeline.wall_us + host.period_us(after, without_syncs=syncs.removed,
+                                                  sync_before=syncs.added_before) - host.period_us(now)
+
+
 def predicted_step(explanation: Explanation, model: MachineModel, name: str, knobs: Mapping[str, str],
                    samples_per_step: int | None, by_cause: Mapping[str, float] | None = None,
                    graph_fuses_optimizer: bool = False) -> float | None:
     """The step (µs) the kernel model predicts after fix `name`: a batch change re-priced at the new batch,
-    else the causes' prediction of that fix, else a precision fix priced on the kernels it changes. A
-    built-in workload captured in a graph also runs a fused optimizer (`graph_fuses_optimizer`)."""
+    else the causes' prediction of that fix, else a precision fix priced on the kernels it changes. A fix
+    that keeps the host's work is replayed through the host's and device's queues where the step allows
+    (:func:`_queued`), else its kernels' changes add up. A built-in workload captured in a graph also runs a
+    fused optimizer (`graph_fuses_optimizer`)."""
+    records = explanation.median.kernels
+    wall = explanation.median.timeline.wall_us
+    trial = "compile" if name.startswith("compile") else name
     if name == "batch_size" and knobs and samples_per_step:
-        return predicted_at_batch(explanation, model, int(knobs["batch_size"]) / samples_per_step)
-    found = (by_cause if by_cause is not None else _predictions(explanation)).get(
-        "compile" if name.startswith("compile") else name)
+        if not records:
+            return None
+        deltas = _batch_deltas(explanation, model, int(knobs["batch_size"]) / samples_per_step)
+        return _host_kept(explanation, model, wall + sum(deltas), deltas)
+    found = (by_cause if by_cause is not None else _predictions(explanation)).get(trial)
     if name == "cuda_graphs" and graph_fuses_optimizer:
-        records = explanation.median.kernels
         pricing = causes._Pricing.of(records, explanation.calls, model)
         saves, evidence = causes._fused_optimizer_saving(records, attribution.exclusive_times(records),
                                                          explanation.calls, pricing)
         if evidence and found is not None:  # the graph's gap is not paid by the kernels fusion removes
             saves += (evidence["update_kernels"] - 1) * pricing.terms.graph_gap_us
-        found = (found if found is not None else explanation.median.timeline.wall_us) - saves
+        found = (found if found is not None else wall) - saves
+    if name in HOST_WORK_FIXES or not records:
+        return found
     change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
     timed = _timed_ratio(explanation, knobs) if name == "amp" else None
+    deltas: list[float] | None = None
     if found is None and change is not None:  # no cause named it: price the change itself
         # Kernels timed in both dtypes are priced by their timing (below), not by the kernel model.
-        found = _predicted_by(explanation, model, change if timed is None else
-                              lambda r: None if timed(r) is not None else change(r))
-    elif found is not None and timed is not None:  # the cause priced the timed kernels too: that saving goes back
-        records = explanation.median.kernels
-        pricing = causes._Pricing.of(records, explanation.calls, model)
-        found += sum(causes.bf16_saving(r, share, pricing)
-                     for r, share in zip(records, attribution.exclusive_times(records)) if timed(r) is not None)
+        deltas = _deltas_by(explanation, model, change if timed is None else
+                            lambda r: None if timed(r) is not None else change(r))
+        found = wall + sum(deltas)
+    elif found is not None:
+        deltas = _cause_deltas(explanation, trial)
+        if timed is not None:  # the cause priced the timed kernels too: that saving goes back
+            pricing = causes._Pricing.of(records, explanation.calls, model)
+            back = [causes.bf16_saving(r, share, pricing) if timed(r) is not None else 0.0
+                    for r, share in zip(records, attribution.exclusive_times(records))]
+            found += sum(back)
+            deltas = [a + b for a, b in zip(deltas, back)] if deltas is not None else None
     if timed is not None and found is not None:  # what the timed kernels add (negative: save) in the new dtype
-        now, after = _timed_totals(explanation, timed)
-        found += after - now
+        extra = _timed_deltas(explanation, timed)
+        found += sum(extra)
+        deltas = [a + b for a, b in zip(deltas, extra)] if deltas is not None else None
+    if found is None:
+        return None
+    scaler = None
+    if name == "amp":
+        to, now = _amp_dtypes(explanation, knobs)
+        scaler = lambda host, changed: _scaler_change(explanation, host, to, now, changed)  # noqa: E731
+    return _host_kept(explanation, model, found, deltas, scaler)
+
+
+def _host_kept(explanation: Explanation, model: MachineModel, found: float, deltas: Sequence[float] | None,
+               change: Callable[[queue.HostQueue, list[float]], _Syncs] | None = None) -> float:
+    """A fix that keeps the host's work: replayed through the queues where the step allows, else `found`
+    (its kernels' changes added up); never below the step at batch 1, the host's own time per step."""
+    queued = _queued(explanation, model, deltas, change) if deltas is not None else None
+    found = queued if queued is not None else found
     floor = explanation.batch_one_step_us
-    if found is not None and floor and name not in HOST_WORK_FIXES:
-        found = max(found, floor)  # the host's launches set the step there, whatever the device saves
-    return found
+    return max(found, floor) if floor else found
 
 
 def _amp_dtypes(explanation: Explanation, knobs: Mapping[str, str]) -> tuple[str, str]:

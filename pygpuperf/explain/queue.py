@@ -1,0 +1,133 @@
+"""The step replayed as a host queue feeding a device queue (a max-plus model of the launches).
+
+The host does its own work between launch calls and waits at each synchronization until the device
+has run everything launched before it; the device runs kernels in launch order, each no earlier than
+its launch landed (the launch latency after the call) and than the previous kernel's end plus the
+back-to-back gap. Steps follow one another as in a loop that does not synchronize per step, so the
+host may run ahead of the device across steps; the step time is the device's period in steady state.
+
+The profiled host is slower than the unprofiled one (the profiler records every op), so its work
+is scaled: fitted to the step timed without the profiler where the host's pace shows in it, else
+set by the step at batch 1 (at least the host's own time per step). A fix that changes what the
+kernels cost, or that adds or removes a synchronization, is the same replay with those changes;
+where the host's launches hide a device saving, or a synchronization exposes the host's work, the
+replay sees it where a sum over kernels does not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pygpuperf.explain.model import KernelRecord
+
+STEPS = 4  # steps replayed; the period is taken between the last two
+_FIT_TOLERANCE = 0.01  # a step within 1 % of its device-only replay is device-bound: its host's pace is not seen
+_MAX_SCALE = 2.0  # the unprofiled host no slower than twice the profiled one
+_MIN_LAUNCHED = 0.9  # the share of kernels with a launch time the replay needs
+# A host-paced step's median kernel starts within this many launch latencies of its launch call; a host far
+# ahead of the device is held back by the launch queue, and its launch times then follow the device.
+_HOST_PACED_LEAD = 10.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """A host event of the step: a kernel launch (`kernel`, its index), a synchronization (`sync`), or the
+    host's work after its last launch (neither)."""
+
+    work_us: float  # the host's own work before it, since the previous event, as profiled
+    kernel: int | None = None
+    sync: bool = False
+    wait_us: float = 0.0  # a sync: from the device's last end to the host going on, as profiled
+
+
+@dataclass(frozen=True)
+class HostQueue:
+    """The step's host events in order, the device's terms and the host's scale."""
+
+    events: tuple[Event, ...]
+    latency_us: float  # launch call to kernel start on an idle device
+    gap_us: float  # device idle between two back-to-back kernels
+    lead_us: float  # the median kernel's start after its launch call, as profiled
+    scale: float = 1.0  # unprofiled over profiled host work
+
+    def period_us(self, durations: Sequence[float], scale: float | None = None,
+                  without_syncs: frozenset[int] = frozenset(), sync_before: int | None = None) -> float:
+        """The step's steady-state time with kernel i taking durations[i] (its exclusive time), the syncs at
+        the events `without_syncs` left out and, with `sync_before`, a sync added before that event."""
+        s = self.scale if scale is None else scale
+        host = device = 0.0
+        ends: list[float] = []
+        for _ in range(STEPS):
+            for n, ev in enumerate(self.events):
+                host += ev.work_us * s
+                if n == sync_before:
+                    host = max(host, device + self._return_us())
+                if ev.sync:
+                    if n not in without_syncs:  # wait for the device to drain, then go on
+                        host = max(host, device + ev.wait_us)
+                elif ev.kernel is not None:
+                    d = durations[ev.kernel]
+                    start = max(host + self.latency_us, device + (self.gap_us if d > 0 else 0.0))
+                    device = start + d
+            ends.append(max(device, host))
+        return ends[-1] - ends[-2]
+
+    def _return_us(self) -> float:
+        waits = [ev.wait_us for ev in self.events if ev.sync]
+        return statistics.median(waits) if waits else self.latency_us
+
+    def host_work_us(self) -> float:
+        """The host's own work per step, as profiled."""
+        return sum(ev.work_us for ev in self.events)
+
+    def fitted(self, durations: Sequence[float], wall_us: float) -> HostQueue | None:
+        """This queue with the host's scale that replays the step as timed without the profiler (`wall_us`),
+        where the host's pace shows in it; None for a device-bound step (its host's work is hidden, and
+        its profiled launch times follow the device where the launch queue held the host back)."""
+        def period(s: float) -> float:
+            return self.period_us(durations, s)
+
+        if self.host_work_us() <= 0 or wall_us <= period(0.0) * (1 + _FIT_TOLERANCE) or \
+                self.lead_us > _HOST_PACED_LEAD * max(self.latency_us, 1.0):
+            return None
+        lo, hi = 0.0, _MAX_SCALE
+        if period(hi) <= wall_us:
+            return replace(self, scale=hi)
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if period(mid) <= wall_us else (lo, mid)
+        return replace(self, scale=lo)
+
+
+def build(records: Sequence[KernelRecord], window_us: tuple[float, float] | None,
+          syncs: Sequence[tuple[float, float]], gap_us: float) -> HostQueue | None:
+    """The step's host queue (scale 1) from its profiled kernels (with their launch times), its window
+    and its host syncs; None when too few kernels have a launch time."""
+    launched = sorted((i for i, r in enumerate(records) if r.launch_us is not None), key=lambda i: records[i].launch_us)
+    if not records or len(launched) < _MIN_LAUNCHED * len(records):
+        return None
+    start = window_us[0] if window_us else records[launched[0]].launch_us
+    timeline = sorted([(records[i].launch_us, 1, i) for i in launched] + [(a, 0, b) for a, b in syncs])
+    events: list[Event] = []
+    cursor = start
+    for t, is_launch, payload in timeline:
+        work = max(t - cursor, 0.0)
+        if is_launch:
+            events.append(Event(work, kernel=payload))
+            cursor = max(cursor, t)
+        else:  # a sync from t to payload: the host goes on `wait` after the device ran what came before
+            drained = max((r.end_us for r in records if r.launch_us is not None and r.launch_us < t), default=t)
+            events.append(Event(work, sync=True, wait_us=max(payload - max(drained, t), 0.0)))
+            cursor = max(cursor, payload)
+    last_end = max(r.end_us for r in records)
+    if window_us and window_us[1] > last_end + gap_us:  # the window ends at the next step's host start
+        events.append(Event(max(window_us[1] - cursor, 0.0)))
+    leads = [records[i].start_us - records[i].launch_us for i in launched]
+    prior_end = [float("-inf"), *itertools.accumulate((records[i].end_us for i in launched[:-1]), max)]
+    # launched while the device was idle: the launch latency alone
+    idle = [lead for lead, i, end in zip(leads, launched, prior_end) if records[i].launch_us > end]
+    latency = statistics.median(idle) if idle else gap_us
+    return HostQueue(tuple(events), max(latency, 0.0), gap_us, statistics.median(leads))
