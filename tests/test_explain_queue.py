@@ -1,0 +1,96 @@
+"""The step replayed through the host's and the device's queues: host-paced savings hidden, syncs' costs."""
+
+import pytest
+
+from pygpuperf.core.results import Ceiling, MachineModel, Stats
+from pygpuperf.explain import fixes, queue
+from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
+
+
+def _step(durations, host_gap_us, sync_after=None, ops=None, phases=None, latency_us=10.0):
+    """Kernels launched every `host_gap_us` of host work, each starting when launched (plus the latency) or
+    when the one before ends; a sync after kernel `sync_after` holds the host until the device has drained."""
+    records, syncs, host, device = [], [], 0.0, 0.0
+    gaps = host_gap_us if isinstance(host_gap_us, list) else [host_gap_us] * len(durations)
+    for i, d in enumerate(durations):
+        host += gaps[i]
+        start = max(host + latency_us, device + 1.0)
+        records.append(KernelRecord(name=f"k{i}", start_us=start, duration_us=d, launch_us=host,
+                                    op=(ops or {}).get(i, "aten::add"), phase=(phases or {}).get(i, "forward"),
+                                    kernel_class="memory_bound", precision="fp32", bytes=1e3))
+        device = start + d
+        if i == sync_after:
+            syncs.append((host + 1.0, device + 5.0))
+            host = device + 5.0
+    return records, syncs, (0.0, max(host + gaps[-1], device))
+
+
+def _explanation(records, syncs, window, wall_us):
+    line = Timeline(wall_us=wall_us, busy_us=sum(r.duration_us for r in records),
+                    idle=Idle(host_bound_us=wall_us - sum(r.duration_us for r in records),
+                              sync_us=10.0 if syncs else 0.0))
+    step = ExplainedStep(0, records, line, Waterfall(0.0, {}, wall_us, 0.0, 1.0), [], window, syncs)
+    return Explanation("cuda", [step], step, {}, Throughput(Stats.of([wall_us] * 3), 8), {"amp": "fp16"})
+
+
+def _model():
+    m = MachineModel(device="cuda")
+    m.memory["dram"] = Ceiling(1000.0, "GB/s", "memory.dram.copy", "native")
+    return m
+
+
+def test_a_host_paced_step_hides_a_device_saving_that_a_sum_over_kernels_counts():
+    records, syncs, window = _step([5.0] * 40, host_gap_us=20.0)
+    host = queue.build(records, window, syncs, gap_us=1.0)
+    assert host.host_work_us() == pytest.approx(41 * 20.0)  # 40 launches and the step's tail
+    # Timed without the profiler at 492 us, the host's work is 60 % of what was profiled.
+    fitted = host.fitted([r.duration_us for r in records], wall_us=0.6 * 820.0)
+    assert fitted is not None and fitted.scale == pytest.approx(0.6, rel=0.01)
+    halved = fitted.period_us([2.5] * 40)
+    assert halved == pytest.approx(fitted.period_us([5.0] * 40), rel=0.01)  # the host still paces every launch
+    # Growing the kernels first fills the host's idle: at twice as long (10 us + the gap) the host still paces.
+    assert fitted.period_us([10.0] * 40) == pytest.approx(0.6 * 820.0, rel=0.01)
+    assert fitted.period_us([40.0] * 40) == pytest.approx(40 * 41.0, rel=0.03)
+
+
+def test_a_device_bound_step_is_not_replayed():
+    records, syncs, window = _step([100.0] * 40, host_gap_us=5.0)
+    host = queue.build(records, window, syncs, gap_us=1.0)
+    assert host.fitted([r.duration_us for r in records], wall_us=40 * 101.0) is None
+
+
+def test_removing_a_sync_lets_the_host_run_ahead_of_a_busy_device():
+    # 20 launches every 10 us, 30 us kernels, a sync after the last: each step waits for the device to drain,
+    # then the host's 200 us of launches start the next one behind an idle device.
+    records, syncs, window = _step([30.0] * 20, host_gap_us=10.0, sync_after=19)
+    host = queue.build(records, window, syncs, gap_us=1.0)
+    now = [r.duration_us for r in records]
+    synced = host.period_us(now)
+    without = host.period_us(now, without_syncs=frozenset(n for n, ev in enumerate(host.events) if ev.sync))
+    assert without == pytest.approx(20 * 31.0, rel=0.03)  # the device's own time
+    assert synced > without + 5.0  # the wait and the launch latency after it
+    # Adding a sync in the middle costs the host's launches after it that the device no longer hides.
+    # The sync's wait after the drain (5 us) and the launch latency (10 us) less the gap it replaces (1 us);
+    # the host's launches are faster than the kernels, so the device is not starved after it.
+    added = host.period_us(now, without_syncs=frozenset(n for n, ev in enumerate(host.events) if ev.sync),
+                           sync_before=10)
+    assert added == pytest.approx(without + 5.0 + 10.0 - 1.0, abs=1.0)
+
+
+def test_the_amp_fix_from_fp16_drops_the_scalers_kernels_and_its_sync():
+    # fp16 training: a host-paced forward (8 short kernels), a backward of long kernels the host runs ahead
+    # of, GradScaler's unscaling and its sync, a host-paced optimizer, the scale's update.
+    durations = [5.0] * 8 + [100.0] * 6 + [5.0] * 6
+    host_gaps = [25.0] * 8 + [10.0] * 6 + [25.0] * 6
+    ops = {14: fixes._SCALER_OPS[0], 19: fixes._SCALER_OPS[1]}
+    phases = {i: "backward" for i in range(8, 15)} | {i: "optimizer" for i in range(15, 19)}
+    records, syncs, window = _step(durations, host_gaps, sync_after=14, ops=ops, phases=phases)
+    host = queue.build(records, window, syncs, gap_us=1.0)
+    wall = host.period_us(durations, scale=1.0)
+    e = _explanation(records, syncs, window, wall)
+    predicted = fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, 8)
+    # Without the sync the host's launches (8 x 25 + 6 x 10 + 6 x 25 + the tail, 435 us) hide behind the
+    # device's 18 kernels and gaps (7 x 6 + 6 x 101 + 5 x 6 = 678 us); with it, the forward's and the
+    # optimizer's launches wait behind the backward's drain.
+    assert wall > 900.0
+    assert predicted == pytest.approx(7 * 6.0 + 6 * 101.0 + 5 * 6.0, rel=0.03)
