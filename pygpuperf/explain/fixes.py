@@ -239,7 +239,8 @@ def _queued(explanation: Explanation, model: MachineModel, deltas: Sequence[floa
             change: Callable[[queue.HostQueue, list[float]], _Syncs] | None = None) -> float | None:
     """The step with each kernel's exclusive time changed by `deltas`, replayed through the host's and the
     device's queues (:mod:`pygpuperf.explain.queue`): the measured step plus the replay's change. None where
-    the step cannot be replayed (no launch times, or its syncs not kept) or is device-bound (its kernels' changes add up)."""
+    the step cannot be replayed (no launch times, or its syncs not kept) or is device-bound (its kernels'
+    changes add up)."""
     step = explanation.median
     if step.timeline.idle.sync_us > 0 and not step.syncs:  # recorded before the syncs were kept
         return None

@@ -7,8 +7,9 @@ back-to-back gap. Steps follow one another as in a loop that does not synchroniz
 host may run ahead of the device across steps; the step time is the device's period in steady state.
 
 The profiled host is slower than the unprofiled one (the profiler records every op), so its work
-is scaled: fitted to the step timed without the profiler where the host's pace shows in it, else
-set by the step at batch 1 (at least the host's own time per step). A fix that changes what the
+is scaled to replay the step as timed without the profiler. Only a step the host paces is replayed: on
+a device-bound step the host's pace does not show, and a host far ahead of the device is held back by
+the launch queue, so that its launch times follow the device's. A fix that changes what the
 kernels cost, or that adds or removes a synchronization, is the same replay with those changes;
 where the host's launches hide a device saving, or a synchronization exposes the host's work, the
 replay sees it where a sum over kernels does not.
@@ -106,7 +107,8 @@ def build(records: Sequence[KernelRecord], window_us: tuple[float, float] | None
           syncs: Sequence[tuple[float, float]], gap_us: float) -> HostQueue | None:
     """The step's host queue (scale 1) from its profiled kernels (with their launch times), its window
     and its host syncs; None when too few kernels have a launch time."""
-    launched = sorted((i for i, r in enumerate(records) if r.launch_us is not None), key=lambda i: records[i].launch_us)
+    launched = sorted((i for i, r in enumerate(records) if r.launch_us is not None),
+                      key=lambda i: records[i].launch_us)
     if not records or len(launched) < _MIN_LAUNCHED * len(records):
         return None
     start = window_us[0] if window_us else records[launched[0]].launch_us
