@@ -298,7 +298,7 @@ class LibraryMatmulProbe(Probe):
             if variant == "fp16":
                 return "torch has no fast fp16 matmul for CPUs (seconds per run at N=1024); not measured"
             if variant == "bf16" and not _cpu_has_fast_bf16():
-                return "this CPU has no oneDNN bf16 kernels; torch's fallback bf16 matmul is too slow to measure"
+                return "oneDNN has no bf16 matmul for this CPU's instruction set; torch's fallback is too slow to measure"
             return None
         if kind == "cuda":
             is_rocm = torch.version.hip is not None
