@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import (attribution, causes, convs, dtype_timing, explainer, norms, queue, resize, sums,
                                words)
@@ -244,8 +245,7 @@ def _queued(explanation: Explanation, model: MachineModel, deltas: Sequence[floa
     step = explanation.median
     if step.timeline.idle.sync_us > 0 and not step.syncs:  # recorded before the syncs were kept
         return None
-    terms = causes._Pricing.of(step.kernels, explanation.calls, model).terms
-    host = queue.build(step.kernels, step.window_us, step.syncs, terms.gap_us)
+    host = queue.build(step.kernels, step.window_us, step.syncs, card_terms(model).gap_us)
     if host is None:
         return None
     now = attribution.exclusive_times(step.kernels)
