@@ -3,7 +3,7 @@ kernel model's prediction of what a fix buys."""
 
 import pytest
 
-from pygpuperf.analyze.kernel_time import Access
+from pygpuperf.analyze.kernel_time import Access, CardTerms
 from pygpuperf.core.results import Ceiling, MachineModel
 from pygpuperf.explain import attribution, causes, costs, explainer, findings
 from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
@@ -149,6 +149,18 @@ def test_elementwise_chain_is_found_with_its_saved_bytes():
     assert 0 < chain.fix.saves_us < 60 and chain.fix.knobs == {"compile": "inductor"}
 
 
+def test_a_graph_saves_the_streams_back_to_back_gap_where_the_profile_shows_less_idle():
+    terms = lambda gap, graph: CardTerms(fixed_us=1.0, gap_us=gap, units=132, caches=(),  # noqa: E731
+                                         graph_gap_us=graph)
+    device_bound = Idle(launch_gap_us=1.0)  # 11 kernels back to back: the profile saw 1 µs of idle in all
+    assert causes.graph_saving_us(11, device_bound, terms(2.0, 0.5)) == pytest.approx(10 * (2.0 - 0.5))
+    host_bound = Idle(host_bound_us=400.0, launch_gap_us=100.0)
+    assert causes.graph_saving_us(11, host_bound, terms(2.0, 0.5)) == pytest.approx(500.0 - 10 * 0.5)
+    # Without a measured graph period nothing says what the graph leaves: only the idle seen is saved.
+    assert causes.graph_saving_us(11, device_bound, terms(2.0, 0.0)) == pytest.approx(1.0)
+    assert causes.graph_saving_us(1, host_bound, terms(2.0, 0.5)) == pytest.approx(500.0)
+
+
 def test_tf32_fix_predicts_the_step_by_the_kernel_model():
     flops = 6.6e9  # 100 us on 66 TFLOP/s CUDA cores; ran in 150 us (residual 1.5)
     records = [k("vector_math", 150, "aten::mm", "fp32", flops, 1e3), k("tensor_gemm", 50, "aten::mm", "fp16.acc32",
@@ -176,16 +188,12 @@ def test_idle_causes_share_one_cuda_graph_fix_and_split_the_parts_honestly():
     result = causes.step_causes(e.median.kernels, e.median.timeline, graphed, device="cuda:0")
     fix = next(c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs")
     assert fix.saves_us == pytest.approx(50.0 - 4 * 2.0)  # 5 kernels, 4 gaps between them
-    # A memory set between two kernels is a node that launches as in a stream: its two gaps save nothing.
+    # A memory set between two kernels is one more boundary, and pays the graph's gap like the others.
     with_memset = explanation([*records[:2], k("memcpy_memset", 1, "", name="Memset (Device)"), *records[2:]],
                               Idle(host_bound_us=30.0, launch_gap_us=20.0))
     result = causes.step_causes(with_memset.median.kernels, with_memset.median.timeline, graphed, device="cuda:0")
     fix = next(c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs")
-    assert fix.saves_us == pytest.approx(50.0 - 3 * 2.0)  # no stream period measured: its gap is 0
-    graphed.latency["kernel.back_to_back"] = Ceiling(2500.0, "ns", "latency.kernel.back_to_back", "native-cuda")
-    result = causes.step_causes(with_memset.median.kernels, with_memset.median.timeline, graphed, device="cuda:0")
-    fix = next(c.fix for c in result.items if c.fix is not None and c.fix.name == "cuda_graphs")
-    assert fix.saves_us == pytest.approx(50.0 - 3 * 2.0 - 2 * 1.5)
+    assert fix.saves_us == pytest.approx(50.0 - 5 * 2.0)
     for part, split in result.by_part.items():
         assert split["named_us"] <= split["us"] + 1e-9 and split["rest_us"] == pytest.approx(
             split["us"] - split["named_us"], abs=1e-9), part

@@ -25,7 +25,7 @@ from pygpuperf.analyze.kernel_time import MEMORY, CardTerms, KernelWork, card_te
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, costs, resize, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convolutions, is_matrix_vector
-from pygpuperf.explain.model import (MEMCPY, MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, KernelRecord,
+from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, Idle, KernelRecord,
                                      Timeline)
 from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_FALLBACK, PART_FIXED, PART_LAYOUT,
                                      PART_MEMORY, PART_TENSOR)
@@ -355,7 +355,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
             items.append(_idle_cause(part, us, wall, timeline, settings, kind, len(records)))
     graphed = [c for c in items if c.fix is not None and c.fix.name == "cuda_graphs"]
     if graphed:  # one graph removes both, and its nodes still pay their gaps in it: one fix, on the larger
-        saves = max(sum(c.us for c in graphed) - graph_idle_us([records[i] for i in ordered], terms), 0.0)
+        saves = graph_saving_us(len(records), idle, terms)
         keep = max(graphed, key=lambda c: c.us)
         what = "CUDA graphs (launch gaps and host-bound idle)" if len(graphed) > 1 else keep.fix.what
         for c in graphed:
@@ -388,15 +388,17 @@ _PART_OF = {
 }
 
 
-def graph_idle_us(ordered: Sequence[KernelRecord], terms: CardTerms) -> float:
-    """The device idle a replay of the step (its records in start order) as one graph still pays between its
-    nodes: the graph's own gap
-    between two kernels, and the stream's gap where a memory set or copy node is on either side. Profiles
-    of ResNet-50 training on an H200, replayed and launched, measured kernel-to-kernel gaps of 0.26-0.58 µs
-    against 1.2 µs, but 1.4-2.2 µs next to memset nodes against 1.5-1.9 µs in the stream: a graph's
-    non-kernel nodes do not launch back to back."""
-    return sum(terms.gap_us if MEMCPY in (a.kernel_class, b.kernel_class) else terms.graph_gap_us
-               for a, b in zip(ordered, ordered[1:]))
+def graph_saving_us(kernels: int, idle: Idle, terms: CardTerms) -> float:
+    """What replaying a step of `kernels` kernels as one CUDA graph saves: its idle between kernels less the
+    graph's own gap at every kernel boundary. A stream pays at least its back-to-back gap at each boundary
+    (the probes' period less an empty kernel's duration), however much of it the profile shows as idle:
+    device-bound steps on an H200, timed without the profiler, saved 0.5-0.8 µs per boundary against the
+    probes' 0.68, memset nodes included, where their profiles showed from 0.3 to 1.5 µs of idle per boundary."""
+    boundaries = max(kernels - 1, 0)
+    idle_us = idle.host_bound_us + idle.launch_gap_us
+    if terms.graph_gap_us > 0:  # the graph's period was measured: so is what it leaves
+        idle_us = max(idle_us, boundaries * terms.gap_us)
+    return max(idle_us - boundaries * terms.graph_gap_us, 0.0)
 
 
 def _ops(records: Sequence[KernelRecord], idx: Sequence[int], exclusive: Sequence[float]) -> dict[str, float]:

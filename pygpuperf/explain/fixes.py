@@ -276,6 +276,9 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         deltas = _batch_deltas(explanation, model, int(knobs["batch_size"]) / samples_per_step)
         return _host_kept(explanation, model, wall + sum(deltas), deltas)
     found = (by_cause if by_cause is not None else _predictions(explanation)).get(trial)
+    idle = explanation.median.timeline.idle
+    if name == "cuda_graphs" and records and idle.sync_us <= 0:  # priced below a finding's share too
+        found = wall - causes.graph_saving_us(len(records), idle, card_terms(model))
     if name == "cuda_graphs" and graph_fuses_optimizer:
         pricing = causes._Pricing.of(records, explanation.calls, model)
         saves, evidence = causes._fused_optimizer_saving(records, attribution.exclusive_times(records),
