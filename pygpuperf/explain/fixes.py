@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -111,42 +112,61 @@ def _predictions(explanation: Explanation) -> dict[str, float]:
     return out
 
 
-def _deltas_by(explanation: Explanation, model: MachineModel,
-               change: Callable[[KernelRecord], KernelRecord | None], resized: bool = False) -> list[float]:
+@dataclass
+class _Priced:
+    """The explained step's kernels, each one's exclusive time and the kernel model's pricing of them: built
+    once per prediction, for every helper below walks the same kernels."""
+
+    explanation: Explanation
+    model: MachineModel
+    exclusive: list[float]
+
+    @staticmethod
+    def of(explanation: Explanation, model: MachineModel) -> "_Priced":
+        return _Priced(explanation, model, attribution.exclusive_times(explanation.median.kernels))
+
+    @property
+    def records(self) -> list[KernelRecord]:
+        return self.explanation.median.kernels
+
+    @functools.cached_property
+    def pricing(self) -> causes._Pricing:
+        return causes._Pricing.of(self.records, self.explanation.calls, self.model)
+
+
+def _deltas_by(step: _Priced, change: Callable[[KernelRecord], KernelRecord | None],
+               resized: bool = False) -> list[float]:
     """Each kernel's change of exclusive time when `change` re-prices it by the kernel model (keeping its
     measured residual); 0 for a kernel it returns None for."""
-    records = explanation.median.kernels
-    pricing = causes._Pricing.of(records, explanation.calls, model) if records else None
     out = []
-    for r, share in zip(records, attribution.exclusive_times(records)):
+    for r, share in zip(step.records, step.exclusive):
         changed = change(r) if r.duration_us > 0 else None
-        out.append(share * (pricing.reprice(r, changed, cap=False, resized=resized) / r.duration_us - 1.0)
+        out.append(share * (step.pricing.reprice(r, changed, cap=False, resized=resized) / r.duration_us - 1.0)
                    if changed is not None else 0.0)
     return out
 
 
-def _timed_deltas(explanation: Explanation, ratio: Ratio) -> list[float]:
+def _timed_deltas(step: _Priced, ratio: Ratio) -> list[float]:
     """Each kernel's change of exclusive time at the ratio its device timing gives (0 where none does)."""
-    records = explanation.median.kernels
     return [share * (found - 1.0) if (found := ratio(r)) is not None else 0.0
-            for r, share in zip(records, attribution.exclusive_times(records))]
+            for r, share in zip(step.records, step.exclusive)]
 
 
-def _batch_deltas(explanation: Explanation, model: MachineModel, scale: float) -> list[float]:
+def _batch_deltas(step: _Priced, scale: float) -> list[float]:
     """Each kernel's change at `scale` times the batch: forward and backward kernels resized as
     :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way), except those
     of a batch norm, convolution or sum whose shape was timed at both batches on the device, which take their
     timing's ratio; the rest stay as measured."""
-    batch = resize.AtBatch.of(explanation.median.kernels, explanation.calls, scale)
-    families = [ratio for _, _, ratio in _timed_at_batch(explanation, scale)]
+    batch = resize.AtBatch.of(step.records, step.explanation.calls, scale)
+    families = [ratio for _, _, ratio in _timed_at_batch(step.explanation, scale)]
     timed = _first_ratio(families) if families else None
 
     def grown(r: KernelRecord) -> float | None:
         return timed(r) if timed is not None and r.phase in resize.GROWS_WITH_BATCH else None
 
-    deltas = _deltas_by(explanation, model, lambda r: batch.kernel(r) if r.phase in resize.GROWS_WITH_BATCH
+    deltas = _deltas_by(step, lambda r: batch.kernel(r) if r.phase in resize.GROWS_WITH_BATCH
                         and grown(r) is None else None, resized=True)
-    return [a + b for a, b in zip(deltas, _timed_deltas(explanation, grown))] if timed is not None else deltas
+    return [a + b for a, b in zip(deltas, _timed_deltas(step, grown))] if timed is not None else deltas
 
 
 def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
@@ -154,7 +174,7 @@ def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: flo
     measured."""
     if not explanation.median.kernels:
         return None
-    return explanation.median.timeline.wall_us + sum(_batch_deltas(explanation, model, scale))
+    return explanation.median.timeline.wall_us + sum(_batch_deltas(_Priced.of(explanation, model), scale))
 
 
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
@@ -178,20 +198,20 @@ def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRec
     return {"tf32": tf32, "fp16_accumulation": fp16_accumulation, "amp": other_amp}.get(name)
 
 
-def _cause_deltas(explanation: Explanation, trial: str) -> list[float] | None:
+def _cause_deltas(step: _Priced, trial: str) -> list[float] | None:
     """The saving of the cause whose fix `trial` applies (the largest saving of that name), spread over the
     cause's kernels by their exclusive time; None where no cause with kernels names it."""
-    found = [c for c in (explanation.causes.items if explanation.causes is not None else ())
+    causes_found = step.explanation.causes
+    found = [c for c in (causes_found.items if causes_found is not None else ())
              if c.fix is not None and c.fix.trial == trial]
     if not found:
         return None
     cause = min(found, key=lambda c: c.fix.predicted_step_us)
-    records = explanation.median.kernels
-    shares = attribution.exclusive_times(records)
+    shares = step.exclusive
     total = sum(shares[i] for i in cause.kernels)
     if total <= 0:
         return None
-    out = [0.0] * len(records)
+    out = [0.0] * len(shares)
     for i in cause.kernels:
         out[i] = -cause.fix.saves_us * shares[i] / total
     return out
@@ -210,17 +230,15 @@ class _Syncs:
     added_before: int | None = None
 
 
-def _scaler_change(explanation: Explanation, host: queue.HostQueue, to: str, now: str,
-                   deltas: list[float]) -> _Syncs:
+def _scaler_change(step: _Priced, host: queue.HostQueue, to: str, now: str, deltas: list[float]) -> _Syncs:
     """What the AMP fix does to GradScaler's work: fp16 → another dtype drops its kernels (their time off
     `deltas`) and the syncs right after them; another dtype → fp16 on a training step adds a sync before the
     optimizer's first launch."""
-    records = explanation.median.kernels
+    records = step.records
     if now == "fp16" and to != "fp16":
-        shares = attribution.exclusive_times(records)
         for i, r in enumerate(records):
             if r.op in _SCALER_OPS:
-                deltas[i] = -shares[i]
+                deltas[i] = -step.exclusive[i]
         removed, after_scaler = set(), False
         for n, ev in enumerate(host.events):
             if ev.kernel is not None:  # between the unscaling and the optimizer's first kernel
@@ -236,19 +254,19 @@ def _scaler_change(explanation: Explanation, host: queue.HostQueue, to: str, now
     return _Syncs()
 
 
-def _queued(explanation: Explanation, model: MachineModel, deltas: Sequence[float],
+def _queued(priced: _Priced, deltas: Sequence[float],
             change: Callable[[queue.HostQueue, list[float]], _Syncs] | None = None) -> float | None:
     """The step with each kernel's exclusive time changed by `deltas`, replayed through the host's and the
     device's queues (:mod:`pygpuperf.explain.queue`): the measured step plus the replay's change. None where
     the step cannot be replayed (no launch times, or its syncs not kept) or is device-bound (its kernels'
     changes add up)."""
-    step = explanation.median
+    step = priced.explanation.median
     if step.timeline.idle.sync_us > 0 and not step.syncs:  # recorded before the syncs were kept
         return None
-    host = queue.build(step.kernels, step.window_us, step.syncs, card_terms(model).gap_us)
+    host = queue.build(step.kernels, step.window_us, step.syncs, card_terms(priced.model).gap_us)
     if host is None:
         return None
-    now = attribution.exclusive_times(step.kernels)
+    now = priced.exclusive
     host = host.fitted(now, step.timeline.wall_us)
     if host is None:
         return None
@@ -267,24 +285,23 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
     that keeps the host's work is replayed through the host's and device's queues where the step allows
     (:func:`_queued`), else its kernels' changes add up. A built-in workload captured in a graph also runs a
     fused optimizer (`graph_fuses_optimizer`)."""
-    records = explanation.median.kernels
+    step = _Priced.of(explanation, model)
+    records = step.records
     wall = explanation.median.timeline.wall_us
     trial = "compile" if name.startswith("compile") else name
     if name == "batch_size" and knobs and samples_per_step:
         if not records:
             return None
-        deltas = _batch_deltas(explanation, model, int(knobs["batch_size"]) / samples_per_step)
-        return _host_kept(explanation, model, wall + sum(deltas), deltas)
+        deltas = _batch_deltas(step, int(knobs["batch_size"]) / samples_per_step)
+        return _host_kept(step, wall + sum(deltas), deltas)
     found = (by_cause if by_cause is not None else _predictions(explanation)).get(trial)
     idle = explanation.median.timeline.idle
     if name == "cuda_graphs" and records and idle.sync_us <= 0:  # priced below a finding's share too
         found = wall - causes.graph_saving_us(len(records), idle, card_terms(model))
     if name == "cuda_graphs" and graph_fuses_optimizer:
-        pricing = causes._Pricing.of(records, explanation.calls, model)
-        saves, evidence = causes._fused_optimizer_saving(records, attribution.exclusive_times(records),
-                                                         explanation.calls, pricing)
+        saves, evidence = causes._fused_optimizer_saving(records, step.exclusive, explanation.calls, step.pricing)
         if evidence and found is not None:  # the graph's gap is not paid by the kernels fusion removes
-            saves += (evidence["update_kernels"] - 1) * pricing.terms.graph_gap_us
+            saves += (evidence["update_kernels"] - 1) * step.pricing.terms.graph_gap_us
         found = (found if found is not None else wall) - saves
     if name in HOST_WORK_FIXES or not records:
         return found
@@ -293,19 +310,17 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
     deltas: list[float] | None = None
     if found is None and change is not None:  # no cause named it: price the change itself
         # Kernels timed in both dtypes are priced by their timing (below), not by the kernel model.
-        deltas = _deltas_by(explanation, model, change if timed is None else
-                            lambda r: None if timed(r) is not None else change(r))
+        deltas = _deltas_by(step, change if timed is None else lambda r: None if timed(r) is not None else change(r))
         found = wall + sum(deltas)
     elif found is not None:
-        deltas = _cause_deltas(explanation, trial)
+        deltas = _cause_deltas(step, trial)
         if timed is not None:  # the cause priced the timed kernels too: that saving goes back
-            pricing = causes._Pricing.of(records, explanation.calls, model)
-            back = [causes.bf16_saving(r, share, pricing) if timed(r) is not None else 0.0
-                    for r, share in zip(records, attribution.exclusive_times(records))]
+            back = [causes.bf16_saving(r, share, step.pricing) if timed(r) is not None else 0.0
+                    for r, share in zip(records, step.exclusive)]
             found += sum(back)
             deltas = [a + b for a, b in zip(deltas, back)] if deltas is not None else None
     if timed is not None and found is not None:  # what the timed kernels add (negative: save) in the new dtype
-        extra = _timed_deltas(explanation, timed)
+        extra = _timed_deltas(step, timed)
         found += sum(extra)
         deltas = [a + b for a, b in zip(deltas, extra)] if deltas is not None else None
     if found is None:
@@ -313,17 +328,17 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
     scaler = None
     if name == "amp":
         to, now = _amp_dtypes(explanation, knobs)
-        scaler = lambda host, changed: _scaler_change(explanation, host, to, now, changed)  # noqa: E731
-    return _host_kept(explanation, model, found, deltas, scaler)
+        scaler = lambda host, changed: _scaler_change(step, host, to, now, changed)  # noqa: E731
+    return _host_kept(step, found, deltas, scaler)
 
 
-def _host_kept(explanation: Explanation, model: MachineModel, found: float, deltas: Sequence[float] | None,
+def _host_kept(step: _Priced, found: float, deltas: Sequence[float] | None,
                change: Callable[[queue.HostQueue, list[float]], _Syncs] | None = None) -> float:
     """A fix that keeps the host's work: replayed through the queues where the step allows, else `found`
     (its kernels' changes added up); never below the step at batch 1, the host's own time per step."""
-    queued = _queued(explanation, model, deltas, change) if deltas is not None else None
+    queued = _queued(step, deltas, change) if deltas is not None else None
     found = queued if queued is not None else found
-    floor = explanation.batch_one_step_us
+    floor = step.explanation.batch_one_step_us
     return max(found, floor) if floor else found
 
 
@@ -380,30 +395,27 @@ def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Ratio | 
     return _first_ratio(families) if families else None
 
 
-def _timed_totals(explanation: Explanation, ratio: Callable[[KernelRecord], float | None]) -> tuple[float, float]:
-    """(µs the step spends now in the kernels `ratio` prices, µs they take in the new dtype), by exclusive time."""
-    now = after = 0.0
-    for r, share in zip(explanation.median.kernels, attribution.exclusive_times(explanation.median.kernels)):
-        found = ratio(r)
-        if found is not None:
-            now, after = now + share, after + share * found
-    return now, after
+def _timed_totals(step: _Priced, ratio: Ratio) -> tuple[float, float]:
+    """(µs the step spends now in the kernels `ratio` prices, µs they take after the fix), by exclusive time."""
+    now = sum(share for r, share in zip(step.records, step.exclusive) if ratio(r) is not None)
+    return now, now + sum(_timed_deltas(step, ratio))
 
 
-def _timed_note(explanation: Explanation, name: str, knobs: Mapping[str, str], samples: int | None) -> list[str]:
+def _timed_note(step: _Priced, name: str, knobs: Mapping[str, str], samples: int | None) -> list[str]:
     """The evidence an AMP or batch fix's prediction takes from the device timings: each timed family's
     kernels now and after the fix."""
     if name == "amp":
-        families, how, after_fix = _timed_families(explanation, knobs), "in both dtypes", f"in {knobs.get('amp', '')}"
+        families, how = _timed_families(step.explanation, knobs), "in both dtypes"
+        after_fix = f"in {knobs.get('amp', '')}"
     elif name == "batch_size" and knobs and samples:
         batch = int(knobs["batch_size"])
-        families, how = _timed_at_batch(explanation, batch / samples), f"at batch {samples} and {batch}"
+        families, how = _timed_at_batch(step.explanation, batch / samples), f"at batch {samples} and {batch}"
         after_fix = f"at batch {batch}"
     else:
         return []
     notes = []
     for what, count, ratio in families:
-        now, after = _timed_totals(explanation, ratio)
+        now, after = _timed_totals(step, ratio)
         if now > 0:
             notes.append(f"{what}: {count} shapes timed {how} on this device; the step's {what} "
                          f"{now / 1e3:.2f} → {after / 1e3:.2f} ms {after_fix}")
@@ -631,7 +643,7 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
     trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, run.predicted,
                                              graph_fuses_optimizer=graph_fuses_optimizer(target))
     if trial.predicted_step_us is not None:
-        trial.notes += _timed_note(explanation, name, knobs, base_samples)
+        trial.notes += _timed_note(_Priced.of(explanation, model), name, knobs, base_samples)
     if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
         trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
                            "the host's own work per step, which this fix keeps")
