@@ -3,7 +3,9 @@ device drained around each sample."""
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
@@ -140,6 +142,17 @@ class HostClockTimer(SampleTimer):
         return list(self._seconds)
 
 
+def chrome_trace(profile: Any, path: str | None = None) -> dict[str, Any]:
+    """A finished torch.profiler profile as its Chrome trace (the export kineto has kept stable across
+    releases), written to `path` and kept there, or through a temporary file."""
+    if path is not None:
+        profile.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    with tempfile.TemporaryDirectory(prefix="pygpuperf-trace-") as folder:
+        return chrome_trace(profile, os.path.join(folder, "trace.json"))
+
+
 class KernelClockTimer(SampleTimer):
     """The device time of the kernels each sample ran, from the profiler's device activity trace
     (CUPTI on CUDA): each kernel's own start-to-end, without the gaps between kernels that events
@@ -160,18 +173,10 @@ class KernelClockTimer(SampleTimer):
         pass
 
     def seconds(self) -> list[float]:
-        import json
-        import os
-        import tempfile
-
         synchronize(self._device)
         self._profile.__exit__(None, None, None)
         traced()  # the trace leaves the tracing library attached: the next timing releases it
-        with tempfile.TemporaryDirectory(prefix="pygpuperf-kernels-") as folder:
-            path = os.path.join(folder, "trace.json")
-            self._profile.export_chrome_trace(path)
-            with open(path, encoding="utf-8") as f:
-                events = json.load(f).get("traceEvents", [])
+        events = chrome_trace(self._profile).get("traceEvents", [])
         # The chrome trace's "kernel" category: the one spelling kineto has kept across releases.
         kernels = sorted((e for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"),
                          key=lambda e: float(e["ts"]))

@@ -26,10 +26,8 @@ How a kernel is placed:
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -599,16 +597,7 @@ def capture_step(
                 if i == active:
                     _synchronize(device)  # every kernel of the last step ends inside the trace
                 prof.step()
-    keep = trace_path is not None
-    path = trace_path or os.path.join(tempfile.mkdtemp(prefix="pygpuperf-trace-"), "trace.json")
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            trace = json.load(f)
-    finally:
-        if not keep:
-            os.remove(path)
-            os.rmdir(os.path.dirname(path))
+    trace = timing.chrome_trace(prof, trace_path)
     index = (device.index if device.index is not None else torch.cuda.current_device()) if on_gpu else None
     parsed = steps_from_chrome_trace(trace, device_index=index, settings=settings)
     reported = parsed[1:]  # the lead-in step only sets the first reported step's start
@@ -632,15 +621,6 @@ def _access_step(step_fn: Callable[[], Any], device: Any, activities: list[Any],
         with record_function(STEP_RANGE), mode:
             step_fn()
         _synchronize(device)
-    folder = tempfile.mkdtemp(prefix="pygpuperf-access-")
-    path = os.path.join(folder, "trace.json")
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            trace = json.load(f)
-    finally:
-        os.remove(path)
-        os.rmdir(folder)
-    steps = steps_from_chrome_trace(trace, device_index=index, settings=settings)
+    steps = steps_from_chrome_trace(timing.chrome_trace(prof), device_index=index, settings=settings)
     calls = mode.finish()
     return (steps[0] if steps else None), calls
