@@ -158,3 +158,18 @@ def test_skinny_matmul_shapes_count_their_own_flops():
     assert "1x4096x4096" in LibraryMatmulProbe("bf16").variants(meta, quick=False)
     assert not [s for s in LibraryMatmulProbe("int8").variants(meta, quick=False) if int(s.split("x")[0]) <= 16]
     assert LibraryMatmulProbe("bf16").variants(meta, quick=True) == ["8192"]
+
+
+def test_cpu_memory_buffers_are_shared_out_among_the_ranks_that_measure_one_host(monkeypatch):
+    from pygpuperf.measure.backends import portable
+
+    mib = 1 << 20
+    monkeypatch.setattr(portable, "cpu_cache_facts", lambda: {"l3_cache_bytes": 480 * mib})
+    monkeypatch.setattr(portable, "host_memory_bytes", lambda: 24 << 30)
+    cpu = torch.device("cpu")
+    assert portable.default_buffer_bytes(cpu) == 4 * 480 * mib  # four times the L3 streams from memory
+    assert portable.default_buffer_bytes(cpu, sharers=3) == 4 * 480 * mib // 3  # three ranks fill it together
+    monkeypatch.setattr(portable, "host_memory_bytes", lambda: 8 << 30)
+    assert portable.default_buffer_bytes(cpu, sharers=2) == (8 << 30) // 16  # and share the memory
+    monkeypatch.setattr(portable, "cpu_cache_facts", lambda: {"l3_cache_bytes": 8 * mib})
+    assert portable.default_buffer_bytes(cpu, sharers=4) == 64 * mib  # never below the floor

@@ -19,7 +19,7 @@ import math
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Sequence
 
@@ -36,6 +36,7 @@ from pygpuperf.core.results import Measurement, best_of
 from pygpuperf.facts import health, links
 from pygpuperf.facts.device import device_name, resolve_device
 from pygpuperf.measure import collectives, suite
+from pygpuperf.measure.backends.portable import default_buffer_bytes
 from pygpuperf.measure.probe import RunSettings
 
 RANK_SCHEMA = "pygpuperf-fleet-rank/1"
@@ -572,10 +573,13 @@ def _run_in_group(settings: FleetSettings, launch: Launch, device: torch.device,
     records: list[ProbeRecord] = []
     exhausted = False
     run_settings = settings.run_settings()
+    if device.type == "cpu" and local_world > 1 and not settings.serial:  # the host's ranks measure at once
+        run_settings = replace(run_settings, size_bytes=default_buffer_bytes(device, local_world))
     for turn in range(local_world if settings.serial else 1):
         if not settings.serial or turn == local_index:
             say(f"rank {launch.rank}: {len(planned)} probe run(s) on {device}")
-            records, exhausted = run_suite(device, planned, run_settings, share)
+            records, exhausted = run_suite(device, planned, run_settings, share, on_done=lambda r: say(
+                f"rank {launch.rank}: {r.measurement.name} {r.measurement.status} ({r.seconds:.1f} s)"))
         if settings.serial and grouped:
             dist.barrier(group=layout.host_group)  # one GPU of the host at a time
     suite_seconds = time.monotonic() - started

@@ -37,13 +37,16 @@ def _reference_device(device: torch.device) -> torch.device:
     return device if device.type in ("cpu", "cuda") else torch.device("cpu")
 
 
-def default_buffer_bytes(device: torch.device) -> int:
-    """Per-buffer size for memory probes: several times the last-level cache, so runs stream from memory."""
+def default_buffer_bytes(device: torch.device, sharers: int = 1) -> int:
+    """Per-buffer size for memory probes: several times the last-level cache, so runs stream from memory.
+    On a CPU, `sharers` processes measuring the host at once (fleet ranks) share its cache and its memory:
+    each takes its share of both."""
     if device.type == "cpu":
-        size = max(4 * (cpu_cache_facts().get("l3_cache_bytes") or 32 * MiB), 64 * MiB)
+        sharers = max(sharers, 1)
+        size = max(4 * (cpu_cache_facts().get("l3_cache_bytes") or 32 * MiB) // sharers, 64 * MiB)
         host = host_memory_bytes()
         # A copy needs two buffers plus a reference; never take more than an eighth of RAM.
-        return min(size, host // 8) if host else size
+        return min(size, host // (8 * sharers)) if host else size
     props = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
