@@ -104,6 +104,10 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
         from pygpuperf.explain.sums import SumTiming
 
         explanation.sum_timings = [SumTiming.from_dict(dict(t)) for t in doc["sum_timing"]]
+    if doc.get("matmul_timing"):
+        from pygpuperf.explain.matmuls import MatmulTiming
+
+        explanation.matmul_timings = [MatmulTiming.from_dict(dict(t)) for t in doc["matmul_timing"]]
     return explanation
 
 

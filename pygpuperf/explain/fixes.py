@@ -23,8 +23,8 @@ import torch
 
 from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import (attribution, causes, convs, dtype_timing, explainer, norms, queue, resize, sums,
-                               words)
+from pygpuperf.explain import (attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue, resize,
+                               sums, words)
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -354,13 +354,14 @@ _LIBRARY_FAMILIES = (
     ("batch norms", "norm_timings", norms.time_step_norms, norms.step_dtype, norms.ratios),
     ("convolutions", "conv_timings", convs.time_step_convs, convs.step_dtype, convs.ratios),
     ("sums", "sum_timings", sums.time_step_sums, sums.step_dtype, sums.ratios),
+    ("matrix products", "matmul_timings", matmuls.time_step_matmuls, matmuls.step_dtype, matmuls.ratios),
 )
 Ratio = Callable[[KernelRecord], float | None]
 
 
 def _timed_families(explanation: Explanation, knobs: Mapping[str, str]) -> list[tuple[str, int, Ratio]]:
     """(op family, shapes timed, each of its kernels' time in the AMP fix's dtype over its time now) for the
-    families timed on the device (Explanation.norm_timings, .conv_timings, .sum_timings)."""
+    families timed on the device (Explanation.norm_timings, .conv_timings, .sum_timings, .matmul_timings)."""
     to, frm = _amp_dtypes(explanation, knobs)
     return [(what, len(timings), ratios(timings, to, frm)) for what, attr, _, _, ratios in _LIBRARY_FAMILIES
             if (timings := getattr(explanation, attr))]
@@ -679,9 +680,10 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
 
 def _time_library_ops(explanation: Explanation, device: torch.device, scale: float = 1.0) -> None:
     """An AMP dtype fix (`scale` 1) or a batch fix (`scale` times the batch) changes which kernels the libraries
-    run for the step's batch norms, convolutions and sums, and how fast: time each of their shapes in each
-    dtype, or in the step's dtype at its batch and at `scale` times it, into Explanation.norm_timings,
-    .conv_timings and .sum_timings; a variant timed already is not timed again."""
+    run for the step's batch norms, convolutions, sums and matrix products, and how fast: time each of their
+    shapes in each dtype, or in the step's dtype at its batch and at `scale` times it, into
+    Explanation.norm_timings, .conv_timings, .sum_timings and .matmul_timings; a variant timed already is not
+    timed again."""
     records = explanation.median.kernels
     training = any(r.phase == "backward" for r in records)
     for _, attr, time_all, dtype_of, _ in _LIBRARY_FAMILIES:

@@ -178,6 +178,7 @@ class Explanation:
     conv_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.convs.ConvTiming: likewise, each
     # convolution shape
     sum_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.sums.SumTiming: likewise, each sum
+    matmul_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.matmuls.MatmulTiming: each GEMM
     batch_one_step_us: float | None = None  # --try-fixes: the step at batch 1 without the profiler, at least the
     # host's own time per step
 
@@ -203,6 +204,7 @@ class Explanation:
             **({"batch_norm_timing": [t.to_dict() for t in self.norm_timings]} if self.norm_timings else {}),
             **({"convolution_timing": [t.to_dict() for t in self.conv_timings]} if self.conv_timings else {}),
             **({"sum_timing": [t.to_dict() for t in self.sum_timings]} if self.sum_timings else {}),
+            **({"matmul_timing": [t.to_dict() for t in self.matmul_timings]} if self.matmul_timings else {}),
             **({"batch_one_step_us": self.batch_one_step_us} if self.batch_one_step_us is not None else {}),
         }
 
