@@ -143,6 +143,19 @@ def test_a_bias_gradient_sum_grows_less_than_its_bytes_and_the_timing_says_so():
     assert 1.0 < doubled / now < 1.8, f"{now:.1f} us, {doubled:.1f} us at twice the rows"
 
 
+def test_a_gemm_whose_library_kernel_changes_with_the_batch_is_timed_at_both():
+    """fp32 BERT-base's feed-forward output projection on an H200 (no TF32): a 128x64-tile kernel at batch 32, a
+    128x128-tile one at 64, 1.69x the time for twice the work in the step's profiles."""
+    from pygpuperf.explain.matmuls import time_matmul
+
+    shapes, layout = [[768], [12288, 3072], [3072, 768]], [False, True]
+    now = time_matmul("aten::addmm", shapes, layout, False, "cuda")
+    doubled = time_matmul("aten::addmm", shapes, layout, False, "cuda", dtypes=("fp32",), scale=2,
+                          sized=[[768], [24576, 3072], [3072, 768]])
+    assert set(now.us) == {"fp32", "fp16", "bf16"} and now.us["bf16"] < now.us["fp32"] / 4, now.us
+    assert doubled.us["fp32@x2"] / now.us["fp32"] < 1.9, (now.us, doubled.us)
+
+
 def _launch_bound_step():
     x = torch.rand(1024, device="cuda") + 0.5
 
