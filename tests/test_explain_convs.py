@@ -133,10 +133,10 @@ def test_the_convolutions_are_timed_with_the_steps_own_library_settings_and_thes
     seen = []
     real = convs.time_conv
 
-    def spy(shape, training, device, samples=20, dtypes=(), scale=1.0):
+    def spy(shape, training, device, samples=20, dtypes=(), scale=1.0, layout=""):
         seen.append((torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32))
         return real(convs.ConvShape([1, 64, 4, 4], W, [1, 1], [1, 1], [1, 1], 1, False, True), training, device, 2,
-                    dtypes, scale)
+                    dtypes, scale, layout)
 
     monkeypatch.setattr(convs, "time_conv", spy)
     forward = conv(20.0, concrete=FORWARD[:6] + ["True", "False", "False"])  # algorithm search on, TF32 off
@@ -193,7 +193,7 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
 
     asked = []
 
-    def timed(records, training, device, samples=20, dtypes=(), scale=1.0):
+    def timed(records, training, device, samples=20, dtypes=(), scale=1.0, layout=""):
         asked.append((tuple(dtypes), scale))
         return [_timing({dtype_timing.variant(d, scale): 10.0 * (1.5 if scale == 2 else 1.0) for d in dtypes})]
 
@@ -209,3 +209,39 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
     assert trial.predicted_step_us == pytest.approx(150.0)
     assert "convolutions: 1 shapes timed at batch 8 and 16 on this device; the step's convolutions 0.10 → 0.15 ms " \
            "at batch 16" in trial.notes
+
+
+def test_a_channels_last_fix_prices_the_timed_convolutions_by_their_nhwc_time_and_drops_the_other_transposes():
+    from pygpuperf.explain import findings
+
+    model = MachineModel(device="cuda:0")
+    model.compute["tensor.tf32.acc32"] = Ceiling(400.0, "TFLOP/s", "compute.tensor.tf32.acc32", "native-cuda")
+    model.memory["hbm"] = Ceiling(4700.0, "GB/s", "memory.hbm.copy", "native-cuda")
+    forward = conv(100.0)
+    forward.precision, forward.dtypes = "tf32.acc32", ["float32", "float32"]
+    transpose = KernelRecord(name="void cudnn::engines_precompiled::nchwToNhwcKernel", start_us=0.0,
+                             duration_us=20.0, op="aten::copy_", kernel_class="layout", bytes=1e6,
+                             phase="forward")
+    e = _step([forward, transpose], "none")
+    findings.explain_findings(e, {"memory_format": "nchw"}, model)
+    assert any(c.id == "layout.nchw_nhwc" for c in e.causes.items)
+    untimed = fixes.predicted_step(e, model, "channels_last", {"memory_format": "channels_last"}, None)
+    e.conv_timings = [_timing({"fp32": 10.0, "fp32@nhwc": 6.0})]
+    timed = fixes.predicted_step(e, model, "channels_last", {"memory_format": "channels_last"}, None)
+    assert timed == pytest.approx(120.0 - 40.0 - 20.0) and timed != pytest.approx(untimed)
+    slower = [_timing({"fp32": 10.0, "fp32@nhwc": 13.0})]  # NHWC can be the slower layout for a shape
+    e.conv_timings = slower
+    assert fixes.predicted_step(e, model, "channels_last", {"memory_format": "channels_last"}, None) == \
+        pytest.approx(120.0 + 30.0 - 20.0)
+
+
+def test_an_nchw_shape_timed_in_nhwc_keeps_its_own_key(monkeypatch):
+    seen = []
+    real = torch.nn.functional.conv2d
+    monkeypatch.setattr(torch.nn.functional, "conv2d",
+                        lambda x, w, **kw: seen.append(x.is_contiguous(memory_format=torch.channels_last)) or real(x, w, **kw))
+    shape = convs.ConvShape([2, 4, 6, 6], [8, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1, False, True)
+    timing = convs.time_conv(shape, False, "cpu", samples=3, dtypes=("fp32",), layout=dtype_timing.NHWC)
+    assert set(timing.us) == {"fp32@nhwc"} and timing.key() == convs.time_conv(shape, False, "cpu", samples=3,
+                                                                                dtypes=("fp32",)).key()
+    assert seen and seen[0]  # the NHWC variant ran on channels_last tensors

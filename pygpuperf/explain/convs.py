@@ -164,14 +164,14 @@ def ratios(timings: Sequence[ConvTiming], to: str, frm: str) -> Callable[[Kernel
 
 def time_step_convs(records: Sequence[KernelRecord], training: bool, device: torch.device | str,
                     samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS,
-                    scale: float = 1.0) -> list[ConvTiming]:
+                    scale: float = 1.0, layout: str = "") -> list[ConvTiming]:
     """:func:`time_conv` of each of the step's convolution shapes (the :data:`MAX_SHAPES` it spends most time
     in), with the library settings the step ran them with."""
     settings = _library_settings(records)
     restores = [] if settings is None else [torch_flags.set_attribute(torch.backends.cudnn, "benchmark", settings[0]),
                                             torch_flags.set_cudnn_tf32(settings[1])]
     try:
-        return [time_conv(shape, training, device, samples, dtypes, scale)
+        return [time_conv(shape, training, device, samples, dtypes, scale, layout)
                 for shape in conv_shapes(records)[:MAX_SHAPES]]
     finally:
         for restore in reversed(restores):
@@ -184,13 +184,13 @@ def step_dtype(records: Sequence[KernelRecord]) -> str | None:
 
 
 def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samples: int = 20,
-              dtypes: Sequence[str] = dtype_timing.KEYS, scale: float = 1.0) -> ConvTiming:
-    """Median µs of F.conv2d on random non-zero input and weights of `shape` (its batch times `scale`) in each
-    of `dtypes`, forward and backward when `training` (the weight's gradient, and the input's where the step
-    computes it), keyed by :func:`dtype_timing.variant`; a dtype whose outputs are off the fp32 reference (run
-    without TF32) by more than its tolerance is left out."""
+              dtypes: Sequence[str] = dtype_timing.KEYS, scale: float = 1.0, layout: str = "") -> ConvTiming:
+    """Median µs of F.conv2d on random non-zero input and weights of `shape` (its batch times `scale`; in its
+    own layout, or NHWC where `layout` says) in each of `dtypes`, forward and backward when `training` (the
+    weight's gradient, and the input's where the step computes it), keyed by :func:`dtype_timing.variant`; a
+    dtype whose outputs are off the fp32 reference (run without TF32) by more than its tolerance is left out."""
     device = torch.device(device)
-    fmt = torch.channels_last if shape.channels_last else torch.contiguous_format
+    fmt = torch.channels_last if shape.channels_last or layout == dtype_timing.NHWC else torch.contiguous_format
     generator = torch.Generator(device=device).manual_seed(0)
     images = [max(1, round(shape.input[0] * scale)), *shape.input[1:]]
     base = (torch.rand(*images, device=device, generator=generator) + 0.5).contiguous(memory_format=fmt)
@@ -226,4 +226,4 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
     finally:
         restore()
     return ConvTiming(shape, training, dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples,
-                                                                   dtypes, scale, split=training))
+                                                                   dtypes, scale, split=training, layout=layout))

@@ -30,9 +30,14 @@ DTYPES: dict[str, torch.dtype] = {k: getattr(torch, str(PRECISIONS[k].torch_dtyp
 Outputs = Sequence[torch.Tensor | None]
 
 
-def variant(dtype: str, scale: float = 1.0) -> str:
-    """The key of a timing in `dtype` at `scale` times the step's batch: "fp16", "fp16@x2"."""
-    return dtype if scale == 1 else f"{dtype}@x{scale:g}"
+# The layout a channels_last fix moves an NCHW step's tensors to, as a variant key's suffix.
+NHWC = "nhwc"
+
+
+def variant(dtype: str, scale: float = 1.0, layout: str = "") -> str:
+    """The key of a timing in `dtype` at `scale` times the step's batch, in `layout` where it is not the step's
+    own: "fp16", "fp16@x2", "fp32@nhwc"."""
+    return dtype + ("" if scale == 1 else f"@x{scale:g}") + (f"@{layout}" if layout else "")
 
 
 def step_dtype(records: Sequence[KernelRecord]) -> str | None:
@@ -98,11 +103,11 @@ RunIn = Callable[[torch.dtype, bool], Callable[[], Outputs]]
 
 def time_in_dtypes(run_in: RunIn, reference: Outputs | None, tolerance: Mapping[str, float], device: torch.device,
                    samples: int, dtypes: Sequence[str] = KEYS, scale: float = 1.0,
-                   split: bool = False) -> dict[str, float]:
+                   split: bool = False, layout: str = "") -> dict[str, float]:
     """Median µs of `run_in(dtype, False)()`'s kernels (their own durations on CUDA: timed alone, an op on a
     small shape runs at the host's pace, where in the step its launches are queued ahead) in each of
-    `dtypes`, timed after 3 warm-ups, keyed by :func:`variant` at `scale` (the batch the shapes were built
-    at), and with `split` (a training op) of its
+    `dtypes`, timed after 3 warm-ups, keyed by :func:`variant` at `scale` and `layout` (the batch and layout
+    the operands were built in), and with `split` (a training op) of its
     forward alone (`run_in(dtype, True)`, key + :data:`FORWARD_ONLY`): the libraries' forward and backward
     kernels move apart with the batch (fp32 ResNet-50 training on an H200, batch 256 to 512: forward batch
     norms 10.41 → 18.95 ms, backward 14.43 → 28.31). A dtype whose outputs are off `reference` by more than its
@@ -122,10 +127,11 @@ def time_in_dtypes(run_in: RunIn, reference: Outputs | None, tolerance: Mapping[
                           if ref is not None and not (forward_only and o is None)]  # a forward has no gradients
                 if not all(close(o, ref, tolerance[key]) for o, ref in wanted):
                     break
-                timed[variant(key, scale) + (FORWARD_ONLY if forward_only else "")] = statistics.median(seconds) * 1e6
+                timed[variant(key, scale, layout) + (FORWARD_ONLY if forward_only else "")] = (
+                    statistics.median(seconds) * 1e6)
         except (RuntimeError, TypeError):  # a dtype this device or build cannot run
             continue
-        if variant(key, scale) in timed:
+        if variant(key, scale, layout) in timed:
             us.update(timed)
     return us
 

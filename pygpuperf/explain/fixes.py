@@ -305,6 +305,8 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         found = (found if found is not None else wall) - saves
     if name in HOST_WORK_FIXES or not records:
         return found
+    if name == "channels_last" and (deltas := _nhwc_deltas(step)) is not None:
+        return _host_kept(step, wall + sum(deltas), deltas)
     change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
     timed = _timed_ratio(explanation, knobs) if name == "amp" else None
     deltas: list[float] | None = None
@@ -330,6 +332,25 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
         to, now = _amp_dtypes(explanation, knobs)
         scaler = lambda host, changed: _scaler_change(step, host, to, now, changed)  # noqa: E731
     return _host_kept(step, found, deltas, scaler)
+
+
+def _nhwc_deltas(step: _Priced) -> list[float] | None:
+    """A channels_last fix priced by the step's own batch-norm, convolution and sum shapes timed in NHWC
+    beside their layout now (each such kernel at its shape's ratio: a convolution's ratio covers the
+    transposes the library runs inside it), and the layout cause's other transposes gone; None where nothing
+    was timed in NHWC."""
+    families = [ratio for _, _, ratio in _timed_at_batch(step.explanation, 1.0, dtype_timing.NHWC)]
+    if not families:
+        return None
+    timed = _first_ratio(families)
+    deltas = _timed_deltas(step, timed)
+    found = step.explanation.causes
+    for cause in (found.items if found is not None else ()):
+        if cause.id == "layout.nchw_nhwc":
+            for i in cause.kernels:
+                if timed(step.records[i]) is None:
+                    deltas[i] = -step.exclusive[i]
+    return deltas
 
 
 def _host_kept(step: _Priced, found: float, deltas: Sequence[float] | None,
@@ -367,13 +388,13 @@ def _timed_families(explanation: Explanation, knobs: Mapping[str, str]) -> list[
             if (timings := getattr(explanation, attr))]
 
 
-def _timed_at_batch(explanation: Explanation, scale: float) -> list[tuple[str, int, Ratio]]:
-    """(op family, shapes timed, each of its kernels' time at `scale` times the batch over its time now, in
-    the dtype the step runs the family in) for the families timed at both batches on the device."""
+def _timed_at_batch(explanation: Explanation, scale: float, layout: str = "") -> list[tuple[str, int, Ratio]]:
+    """(op family, shapes timed, each of its kernels' time at `scale` times the batch, or in `layout`, over its
+    time now, in the dtype the step runs the family in) for the families timed both ways on the device."""
     out = []
     for what, attr, _, dtype_of, ratios in _LIBRARY_FAMILIES:
         timings, dtype = getattr(explanation, attr), dtype_of(explanation.median.kernels)
-        at = dtype_timing.variant(dtype, scale) if dtype else None
+        at = dtype_timing.variant(dtype, scale, layout) if dtype else None
         both = [t for t in timings if at and t.ratio(at, dtype) is not None]
         if both:
             out.append((what, len(both), ratios(both, at, dtype)))
@@ -412,6 +433,9 @@ def _timed_note(step: _Priced, name: str, knobs: Mapping[str, str], samples: int
         batch = int(knobs["batch_size"])
         families, how = _timed_at_batch(step.explanation, batch / samples), f"at batch {samples} and {batch}"
         after_fix = f"at batch {batch}"
+    elif name == "channels_last":
+        families = _timed_at_batch(step.explanation, 1.0, dtype_timing.NHWC)
+        how, after_fix = "in NCHW and NHWC", "in NHWC"
     else:
         return []
     notes = []
@@ -641,6 +665,8 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
         scale = int(knobs["batch_size"]) / base_samples if name == "batch_size" and base_samples else 1.0
         if name == "amp" or scale != 1:
             _time_library_ops(explanation, device, scale)
+    elif waiver is None and device.type == "cuda" and name == "channels_last":
+        _time_library_ops(explanation, device, layout=dtype_timing.NHWC)
     trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, run.predicted,
                                              graph_fuses_optimizer=graph_fuses_optimizer(target))
     if trial.predicted_step_us is not None:
@@ -678,24 +704,30 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
     return trial
 
 
-def _time_library_ops(explanation: Explanation, device: torch.device, scale: float = 1.0) -> None:
-    """An AMP dtype fix (`scale` 1) or a batch fix (`scale` times the batch) changes which kernels the libraries
-    run for the step's batch norms, convolutions, sums and matrix products, and how fast: time each of their
-    shapes in each dtype, or in the step's dtype at its batch and at `scale` times it, into
-    Explanation.norm_timings, .conv_timings, .sum_timings and .matmul_timings; a variant timed already is not
-    timed again."""
+def _time_library_ops(explanation: Explanation, device: torch.device, scale: float = 1.0, layout: str = "") -> None:
+    """An AMP dtype fix (`scale` 1), a batch fix (`scale` times the batch) or a channels_last fix (`layout`)
+    changes which kernels the libraries run for the step's batch norms, convolutions, sums and matrix
+    products, and how fast: time each of their shapes in each dtype, or in the step's dtype at its batch and
+    at `scale` times it, or in its own layout and in `layout`, into Explanation.norm_timings, .conv_timings,
+    .sum_timings and .matmul_timings; a variant timed already is not timed again."""
     records = explanation.median.kernels
     training = any(r.phase == "backward" for r in records)
     for _, attr, time_all, dtype_of, _ in _LIBRARY_FAMILIES:
         timings = getattr(explanation, attr)
         step = dtype_of(records)
-        wanted = [(k, 1.0) for k in dtype_timing.KEYS] if scale == 1 else [(step, 1.0), (step, scale)] if step else []
-        for at in sorted({s for _, s in wanted}):
-            dtypes = [k for k, s in wanted if s == at and not any(dtype_timing.variant(k, s) in t.us for t in timings)]
+        if layout:
+            wanted = [(step, 1.0, ""), (step, 1.0, layout)] if step else []
+        else:
+            wanted = ([(k, 1.0, "") for k in dtype_timing.KEYS] if scale == 1 else
+                      [(step, 1.0, ""), (step, scale, "")] if step else [])
+        for at, laid in sorted({(s, lay) for _, s, lay in wanted}):
+            dtypes = [k for k, s, lay in wanted if (s, lay) == (at, laid)
+                      and not any(dtype_timing.variant(k, s, lay) in t.us for t in timings)]
             if not dtypes:
                 continue
             try:
-                timings = dtype_timing.merged(timings, time_all(records, training, device, dtypes=dtypes, scale=at))
+                timings = dtype_timing.merged(timings, time_all(records, training, device, dtypes=dtypes, scale=at,
+                                                                layout=laid))
             except RuntimeError:  # out of memory for its tensors: the fix is then priced without it
                 continue
         setattr(explanation, attr, timings)

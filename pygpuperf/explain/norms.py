@@ -73,10 +73,10 @@ def norm_shapes(records: Sequence[KernelRecord]) -> list[tuple[list[int], bool]]
 
 def time_step_norms(records: Sequence[KernelRecord], training: bool, device: torch.device | str,
                     samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS,
-                    scale: float = 1.0) -> list[NormTiming]:
+                    scale: float = 1.0, layout: str = "") -> list[NormTiming]:
     """:func:`time_batch_norm` of each of the step's batch-norm shapes (the :data:`MAX_SHAPES` it spends
     most time in)."""
-    return [time_batch_norm(shape, last, training, device, samples, dtypes, scale)
+    return [time_batch_norm(shape, last, training, device, samples, dtypes, scale, layout)
             for shape, last in norm_shapes(records)[:MAX_SHAPES]]
 
 
@@ -100,13 +100,14 @@ def ratios(timings: Sequence[NormTiming], to: str, frm: str) -> Callable[[Kernel
 
 
 def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, device: torch.device | str,
-                    samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS, scale: float = 1.0) -> NormTiming:
-    """Median µs of F.batch_norm on random non-zero input of `shape` (its batch times `scale`) in each of
-    `dtypes` (fp32 weights, as autocast keeps them), forward and backward when `training`, keyed by
-    :func:`dtype_timing.variant`; a dtype whose output (or input gradient) is off the fp32 reference by more
-    than its tolerance, or that fails, is left out."""
+                    samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS, scale: float = 1.0,
+                    layout: str = "") -> NormTiming:
+    """Median µs of F.batch_norm on random non-zero input of `shape` (its batch times `scale`; channels_last as
+    the step ran it, or NHWC where `layout` says) in each of `dtypes` (fp32 weights, as autocast keeps them),
+    forward and backward when `training`, keyed by :func:`dtype_timing.variant`; a dtype whose output (or
+    input gradient) is off the fp32 reference by more than its tolerance, or that fails, is left out."""
     device = torch.device(device)
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    fmt = torch.channels_last if channels_last or layout == dtype_timing.NHWC else torch.contiguous_format
     generator = torch.Generator(device=device).manual_seed(0)
     sized = [max(1, round(shape[0] * scale)), *shape[1:]]
     base = (torch.rand(*sized, device=device, generator=generator) + 0.5).contiguous(memory_format=fmt)
@@ -134,4 +135,4 @@ def time_batch_norm(shape: Sequence[int], channels_last: bool, training: bool, d
     reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     return NormTiming(list(shape), channels_last, training,
                       dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples, dtypes, scale,
-                                                  split=training))
+                                                  split=training, layout=layout))

@@ -83,10 +83,11 @@ def step_dtype(records: Sequence[KernelRecord]) -> str | None:
 
 def time_step_sums(records: Sequence[KernelRecord], training: bool, device: torch.device | str,
                    samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS,
-                   scale: float = 1.0) -> list[SumTiming]:
-    """:func:`time_sum` of each of the step's sum shapes (the :data:`MAX_SHAPES` it spends most time in);
-    `training` is the other families' signature: a sum is timed alone either way."""
-    return [time_sum(list(shape), list(dims), keepdim, last, device, samples, dtypes, scale)
+                   scale: float = 1.0, layout: str = "") -> list[SumTiming]:
+    """:func:`time_sum` of each of the step's sum shapes (the :data:`MAX_SHAPES` it spends most time in), a
+    4-d one in NHWC where `layout` says; `training` is the other families' signature: a sum is timed alone
+    either way."""
+    return [time_sum(list(shape), list(dims), keepdim, last, device, samples, dtypes, scale, layout)
             for shape, dims, keepdim, last in sum_shapes(records)[:MAX_SHAPES]]
 
 
@@ -98,12 +99,13 @@ def ratios(timings: Sequence[SumTiming], to: str, frm: str) -> Callable[[KernelR
 
 def time_sum(shape: Sequence[int], dims: Sequence[int], keepdim: bool, channels_last: bool,
              device: torch.device | str, samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS,
-             scale: float = 1.0) -> SumTiming:
+             scale: float = 1.0, layout: str = "") -> SumTiming:
     """Median µs of torch.sum over `dims` of random non-zero input of `shape` (its first dimension, the
     batch, times `scale`) in each of `dtypes`, keyed by :func:`dtype_timing.variant`; a dtype whose sum is
     off the fp32 reference by more than its tolerance, or that fails, is left out."""
     device = torch.device(device)
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    nhwc = channels_last or (layout == dtype_timing.NHWC and len(shape) == 4)
+    fmt = torch.channels_last if nhwc else torch.contiguous_format
     generator = torch.Generator(device=device).manual_seed(0)
     sized = [max(1, round(shape[0] * scale)), *shape[1:]]
     # Centred on zero, so that a 16-bit sum of millions of elements stays finite.
@@ -116,4 +118,5 @@ def time_sum(shape: Sequence[int], dims: Sequence[int], keepdim: bool, channels_
 
     reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     return SumTiming(list(shape), list(dims), keepdim, channels_last,
-                     dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples, dtypes, scale))
+                     dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples, dtypes, scale,
+                                                 layout=layout))
