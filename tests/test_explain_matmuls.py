@@ -74,3 +74,7 @@ def test_a_batch_fix_prices_a_timed_gemm_by_its_ratio_between_the_batches(tmp_pa
     (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
     back = compare.load_explanation(tmp_path)  # validated against the schema
     assert [t.to_dict() for t in back.matmul_timings] == [t.to_dict() for t in e.matmul_timings]
+
+
+def test_an_addmm_whose_bias_shape_was_not_recorded_is_not_timed_by_shape():
+    assert matmuls._matmul_of(_gemm("aten::addmm", ([], [64, 32], [32, 16]), ([], [32, 1], [16, 1]))) == ()

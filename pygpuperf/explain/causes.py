@@ -391,9 +391,10 @@ _PART_OF = {
 def graph_saving_us(kernels: int, idle: Idle, terms: CardTerms) -> float:
     """What replaying a step of `kernels` kernels as one CUDA graph saves: its idle between kernels less the
     graph's own gap at every kernel boundary. A stream pays at least its back-to-back gap at each boundary
-    (the probes' period less an empty kernel's duration), however much of it the profile shows as idle:
-    device-bound steps on an H200, timed without the profiler, saved 0.5-0.8 µs per boundary against the
-    probes' 0.68, memset nodes included, where their profiles showed from 0.3 to 1.5 µs of idle per boundary."""
+    (the probes' period less an empty kernel's duration, 0.93 µs on an H200), however much of it the profile
+    shows as idle: on an H200, 64 kernels with work back to back saved 0.7-1.0 µs per boundary replayed from a
+    graph, memset nodes included (benchmarks/graph_boundaries.py), where the steps' profiles showed 0.3 to 1.5
+    µs of idle per boundary."""
     boundaries = max(kernels - 1, 0)
     idle_us = idle.host_bound_us + idle.launch_gap_us
     if terms.graph_gap_us > 0:  # the graph's period was measured: so is what it leaves

@@ -155,10 +155,10 @@ def _timed_deltas(step: _Priced, ratio: Ratio) -> list[float]:
 def _batch_deltas(step: _Priced, scale: float) -> list[float]:
     """Each kernel's change at `scale` times the batch: forward and backward kernels resized as
     :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way), except those
-    of a batch norm, convolution or sum whose shape was timed at both batches on the device, which take their
-    timing's ratio; the rest stay as measured."""
+    of a batch norm, convolution, sum or matrix product whose shape was timed at both batches on the device,
+    which take their timing's ratio; the rest stay as measured."""
     batch = resize.AtBatch.of(step.records, step.explanation.calls, scale)
-    families = [ratio for _, _, ratio in _timed_at_batch(step.explanation, scale)]
+    families = [ratio for _, _, ratio in _timed_variant(step.explanation, scale)]
     timed = _first_ratio(families) if families else None
 
     def grown(r: KernelRecord) -> float | None:
@@ -339,7 +339,7 @@ def _nhwc_deltas(step: _Priced) -> list[float] | None:
     beside their layout now (each such kernel at its shape's ratio: a convolution's ratio covers the
     transposes the library runs inside it), and the layout cause's other transposes gone; None where nothing
     was timed in NHWC."""
-    families = [ratio for _, _, ratio in _timed_at_batch(step.explanation, 1.0, dtype_timing.NHWC)]
+    families = [ratio for _, _, ratio in _timed_variant(step.explanation, 1.0, dtype_timing.NHWC)]
     if not families:
         return None
     timed = _first_ratio(families)
@@ -388,7 +388,7 @@ def _timed_families(explanation: Explanation, knobs: Mapping[str, str]) -> list[
             if (timings := getattr(explanation, attr))]
 
 
-def _timed_at_batch(explanation: Explanation, scale: float, layout: str = "") -> list[tuple[str, int, Ratio]]:
+def _timed_variant(explanation: Explanation, scale: float, layout: str = "") -> list[tuple[str, int, Ratio]]:
     """(op family, shapes timed, each of its kernels' time at `scale` times the batch, or in `layout`, over its
     time now, in the dtype the step runs the family in) for the families timed both ways on the device."""
     out = []
@@ -410,9 +410,9 @@ def _first_ratio(families: Sequence[Ratio]) -> Ratio:
 
 
 def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Ratio | None:
-    """For an AMP dtype fix: each batch-norm, convolution or sum kernel's time in the new dtype over its time
-    now, from its own shape's timing on the device; None for a kernel of none of them, or one no timing
-    covers; None in all when nothing was timed."""
+    """For an AMP dtype fix: each batch-norm, convolution, sum or matrix-product kernel's time in the new dtype
+    over its time now, from its own shape's timing on the device; None for a kernel of none of them, or one no
+    timing covers; None in all when nothing was timed."""
     families = [ratio for _, _, ratio in _timed_families(explanation, knobs)]
     return _first_ratio(families) if families else None
 
@@ -424,17 +424,17 @@ def _timed_totals(step: _Priced, ratio: Ratio) -> tuple[float, float]:
 
 
 def _timed_note(step: _Priced, name: str, knobs: Mapping[str, str], samples: int | None) -> list[str]:
-    """The evidence an AMP or batch fix's prediction takes from the device timings: each timed family's
-    kernels now and after the fix."""
+    """The evidence an AMP, batch or channels_last fix's prediction takes from the device timings: each timed
+    family's kernels now and after the fix."""
     if name == "amp":
         families, how = _timed_families(step.explanation, knobs), "in both dtypes"
         after_fix = f"in {knobs.get('amp', '')}"
     elif name == "batch_size" and knobs and samples:
         batch = int(knobs["batch_size"])
-        families, how = _timed_at_batch(step.explanation, batch / samples), f"at batch {samples} and {batch}"
+        families, how = _timed_variant(step.explanation, batch / samples), f"at batch {samples} and {batch}"
         after_fix = f"at batch {batch}"
     elif name == "channels_last":
-        families = _timed_at_batch(step.explanation, 1.0, dtype_timing.NHWC)
+        families = _timed_variant(step.explanation, 1.0, dtype_timing.NHWC)
         how, after_fix = "in NCHW and NHWC", "in NHWC"
     else:
         return []

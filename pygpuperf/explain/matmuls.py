@@ -76,7 +76,9 @@ def _matmul_of(record: KernelRecord) -> MatmulKey | tuple[()] | None:
         return ()
     strides = record.input_strides[_operands(record.op)] if record.input_strides else []
     flags = tuple(_transposed(s, strides[i] if i < len(strides) else None) for i, s in enumerate(matrices))
-    every = [tuple(s) for s in shapes[:_operands(record.op).stop] if isinstance(s, list)]
+    every = [tuple(s) if isinstance(s, list) else () for s in shapes[:_operands(record.op).stop]]
+    if not all(all(isinstance(d, int) and d > 0 for d in s) and s for s in every):  # a bias not recorded
+        return ()
     return record.op, tuple(every), flags, record.precision.startswith("tf32")
 
 
