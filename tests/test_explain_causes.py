@@ -323,7 +323,7 @@ def test_a_fused_optimizer_is_priced_as_one_pass_over_the_storages_the_update_to
     model = gpu_model()
     explanation(records, calls=calls)  # lays the kernels end to end
     exclusive = attribution.exclusive_times(records)
-    pricing = causes._Pricing.of(records, calls, model)
+    pricing = attribution.Pricing.bound(records, calls, model)
     saves, evidence = causes._fused_optimizer_saving(records, exclusive, calls, pricing)
     assert evidence["fused_traffic_bytes"] == 5 * mb
     # the update's kernels run at 800 MB / 4700 GB/s over 600 us; the fused one at the same efficiency

@@ -24,7 +24,7 @@ from pygpuperf.analyze.kernel_time import (COLLECTIVE, LINK, MATRIX, MEMORY, VEC
                                             KernelWork, card_terms, kernel_time, reuse_traffic)
 from pygpuperf.core.precision import precision_of
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import tiles
+from pygpuperf.explain import resize, tiles
 from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
                                      TENSOR_GEMM, CallAccesses, KernelRecord, Timeline, Waterfall)
 
@@ -163,6 +163,45 @@ def bound_terms(records: Sequence[KernelRecord], model: MachineModel) -> CardTer
     if shortest is not None and shortest < terms.fixed_us:
         return dataclasses.replace(terms, fixed_us=shortest)
     return terms
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """A step's kernels priced on one machine model: its kernel-time terms and each traced call's reuse shares
+    (:func:`reuse_shares`). Two kinds: a lower bound (:meth:`bound`: writes may stay in a cache that holds
+    what a call touches, the fixed cost no higher than the step's shortest kernel), what a step's kernels are
+    explained against; and a time prediction (:meth:`predicting`: every write reaches main memory, the card's
+    own terms), what predict prices a step on another card with."""
+
+    model: MachineModel
+    terms: CardTerms
+    shares: dict[int, dict[str, float]]
+
+    @staticmethod
+    def bound(records: Sequence[KernelRecord], calls: Sequence[CallAccesses], model: MachineModel) -> "Pricing":
+        return Pricing(model, bound_terms(records, model), reuse_shares(calls, model))
+
+    @staticmethod
+    def predicting(model: MachineModel, calls: Sequence[CallAccesses], reference: MachineModel | None = None
+                   ) -> "Pricing":
+        return Pricing(model, card_terms(model, reference), reuse_shares(calls, model, bound=False))
+
+    def timing(self, record: KernelRecord) -> KernelTime | None:
+        return kernel_timing(record, self.model, self.shares, self.terms)
+
+    def reprice(self, record: KernelRecord, changed: KernelRecord, cap: bool = True, resized: bool = False) -> float:
+        """The record's duration once it runs as `changed`: the model's new time times its measured residual.
+        `resized` (the same kernel on more or less data): the kernel keeps its ramp and its speed
+        (:func:`resize.resized_us`); otherwise a changed kernel is never priced below its new bound."""
+        before, after = self.timing(record), self.timing(changed)
+        if before is None or after is None or before.work_us <= 0 or record.duration_us <= 0:
+            return record.duration_us * (changed.bytes / record.bytes if not cap and record.bytes > 0 else 1.0)
+        if resized:
+            new = resize.resized_us(record, before, after, self.terms.stream_t0_us)
+        else:
+            residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
+            new = after.fixed_us + after.work_us * max(residual, 1.0)
+        return min(record.duration_us, new) if cap else new
 
 
 def assign_bounds(records: Sequence[KernelRecord], model: MachineModel,

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze.kernel_time import MEMORY, CardTerms, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import attribution, costs, resize, tiles, words
+from pygpuperf.explain import attribution, costs, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convolutions, is_matrix_vector
 from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, Idle, KernelRecord,
                                      Timeline)
@@ -114,33 +114,6 @@ class Causes:
 
 
 # --------------------------------------------------------------------------- re-pricing
-
-
-@dataclass
-class _Pricing:
-    model: MachineModel
-    shares: dict[int, dict[str, float]]
-    terms: Any
-
-    @staticmethod
-    def of(records: Sequence[KernelRecord], calls: Sequence[CallAccesses], model: MachineModel) -> "_Pricing":
-        """The step's pricing on `model`: its traced reuse and the bound terms of its kernels."""
-        return _Pricing(model, attribution.reuse_shares(calls, model), attribution.bound_terms(records, model))
-
-    def reprice(self, record: KernelRecord, changed: KernelRecord, cap: bool = True, resized: bool = False) -> float:
-        """The record's duration once it runs as `changed`: the model's new time times its measured residual.
-        `resized` (the same kernel on more or less data): the kernel keeps its ramp and its speed
-        (:func:`resize.resized_us`); otherwise a changed kernel is never priced below its new bound."""
-        before = attribution.kernel_timing(record, self.model, self.shares, self.terms)
-        after = attribution.kernel_timing(changed, self.model, self.shares, self.terms)
-        if before is None or after is None or before.work_us <= 0 or record.duration_us <= 0:
-            return record.duration_us * (changed.bytes / record.bytes if not cap and record.bytes > 0 else 1.0)
-        if resized:
-            new = resize.resized_us(record, before, after, self.terms.stream_t0_us)
-        else:
-            residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
-            new = after.fixed_us + after.work_us * max(residual, 1.0)
-        return min(record.duration_us, new) if cap else new
 
 
 def _saved(records: Sequence[KernelRecord], exclusive: Sequence[float], indices: Sequence[int],
@@ -264,7 +237,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     gpu = kind == words.GPU
     wall = timeline.wall_us
     exclusive = attribution.exclusive_times(records)
-    pricing = _Pricing.of(records, calls, model)
+    pricing = attribution.Pricing.bound(records, calls, model)
     terms = pricing.terms
     parts = attribution.kernel_parts(records, model, shares=pricing.shares, terms=terms, exclusive=exclusive)
     units = card_terms(model).units
@@ -419,7 +392,7 @@ def _modules(records: Sequence[KernelRecord], idx: Sequence[int]) -> list[str]:
     return seen[:5]
 
 
-def bf16_saving(record: KernelRecord, exclusive_us: float, pricing: _Pricing) -> float:
+def bf16_saving(record: KernelRecord, exclusive_us: float, pricing: attribution.Pricing) -> float:
     """Step time an FP32/TF32 GEMM or convolution saves as bf16 matrix math on the card's matrix units, as
     the kernel model prices it (0 for other kernels, and where it would not be faster)."""
     r = record
@@ -448,7 +421,7 @@ _AUTOCAST_FP32_FORWARD = frozenset(("sum", "mean", "prod"))
 
 
 def _amp_traffic_saving(records: Sequence[KernelRecord], exclusive: Sequence[float],
-                        parts: Sequence[attribution.KernelPart], pricing: _Pricing) -> float:
+                        parts: Sequence[attribution.KernelPart], pricing: attribution.Pricing) -> float:
     """What AMP saves on memory-bound kernels: activations in bf16 halve the bytes of every fp32 forward and
     backward kernel outside autocast's fp32 list (the optimizer keeps fp32 master weights). A kernel far below
     the bandwidth efficiency of the step's elementwise kernels is held by its access pattern, not its bytes
@@ -511,7 +484,7 @@ def _nchw_norm_saving(records: Sequence[KernelRecord], exclusive: Sequence[float
 
 
 def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence[float],
-                            calls: Sequence[CallAccesses], pricing: _Pricing) -> tuple[float, dict[str, Any]]:
+                            calls: Sequence[CallAccesses], pricing: attribution.Pricing) -> tuple[float, dict[str, Any]]:
     """What one fused optimizer kernel buys over the step's per-op (foreach or per-tensor) update: it reads
     each parameter, gradient and state once and writes each once (the storages the update's traced calls
     read before writing them; what the update creates and reads back, a fused kernel keeps in registers),
@@ -550,7 +523,7 @@ def _fix(name: str, what: str, saves: float, wall: float, knobs: dict[str, str] 
 
 
 def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Sequence[KernelRecord],
-              exclusive: Sequence[float], parts: Sequence[attribution.KernelPart], pricing: _Pricing,
+              exclusive: Sequence[float], parts: Sequence[attribution.KernelPart], pricing: attribution.Pricing,
               settings: Mapping[str, Any], kind: str, convolutions: bool, chains: list[tuple[list[int], float]],
               chain_of: dict[int, int], ev: dict[str, Any], units: int | None) -> Cause | None:
     gpu = kind == words.GPU

@@ -130,8 +130,8 @@ class _Priced:
         return self.explanation.median.kernels
 
     @functools.cached_property
-    def pricing(self) -> causes._Pricing:
-        return causes._Pricing.of(self.records, self.explanation.calls, self.model)
+    def pricing(self) -> attribution.Pricing:
+        return attribution.Pricing.bound(self.records, self.explanation.calls, self.model)
 
 
 def _deltas_by(step: _Priced, change: Callable[[KernelRecord], KernelRecord | None],

@@ -52,10 +52,10 @@ from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze import machine_model
 from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
-from pygpuperf.analyze.kernel_time import CardTerms, KernelTime, card_terms, clock_ratio, kernel_time
+from pygpuperf.analyze.kernel_time import clock_ratio
 from pygpuperf.explain import attribution, resize, timeline
 from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
-from pygpuperf.explain.model import CallAccesses, Explanation, fitting_batch
+from pygpuperf.explain.model import Explanation, fitting_batch
 from pygpuperf.explain.model import VECTOR_MATH, KERNEL_CLASSES, OTHER, TENSOR_GEMM, KernelRecord
 from pygpuperf.core.precision import bytes_of, dtype_of, fallbacks
 from pygpuperf.core.results import MachineModel
@@ -150,27 +150,6 @@ def _on_target(record: KernelRecord, target: MachineModel) -> tuple[KernelRecord
 
 
 @dataclass
-class _Pricing:
-    """One machine's side of a prediction: its model, its kernel-time terms and its reuse shares."""
-
-    model: MachineModel
-    terms: CardTerms
-    shares: dict[int, dict[str, float]]
-
-    @staticmethod
-    def of(model: MachineModel, calls: Sequence[CallAccesses], reference: MachineModel | None = None) -> "_Pricing":
-        return _Pricing(model, card_terms(model, reference), attribution.reuse_shares(calls, model, bound=False))
-
-    def timing(self, record: KernelRecord) -> KernelTime | None:
-        share = self.shares.get(record.call) if record.call is not None else None
-        work = attribution.kernel_work(record, self.model, share)
-        if work is None:
-            return None
-        timing = kernel_time(work, self.model, self.terms)
-        return timing if timing.work_us > 0 else None
-
-
-@dataclass
 class _KernelPrice:
     time_us: float
     carried_us: float  # the part the source's residual carries beyond the model's own terms
@@ -180,7 +159,7 @@ class _KernelPrice:
 RESIDUALS = ("proportional", "latency")  # how the source's excess over the model reaches the target
 
 
-def _price(record: KernelRecord, source: _Pricing, target: _Pricing, batch: resize.AtBatch,
+def _price(record: KernelRecord, source: attribution.Pricing, target: attribution.Pricing, batch: resize.AtBatch,
            residual_mode: str = "proportional") -> _KernelPrice:
     """The kernel's time on the target at `batch.scale` times the batch (see the module's formula)."""
     scale = batch.scale
@@ -269,8 +248,8 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     step = profile.median
     records = step.kernels
     calls = profile.calls
-    source_side = _Pricing.of(source, calls)
-    target_side = _Pricing.of(target, calls, source)  # each kernel keeps its bytes' split between the levels
+    source_side = attribution.Pricing.predicting(source, calls)
+    target_side = attribution.Pricing.predicting(target, calls, source)  # each kernel keeps its bytes' split between the levels
     at_batch = resize.AtBatch.of(records, calls, scale, source_side.terms, target_side.terms)
     notes: dict[str, int] = {}
     substituted = False
