@@ -87,7 +87,8 @@ def cases(device: torch.device) -> dict[str, Case]:
     return out
 
 
-def time_case(op: Callable[[], None], poisoned: torch.Tensor, ops: int, device: torch.device) -> dict[str, dict[str, float]]:
+def time_case(op: Callable[[], None], poisoned: torch.Tensor, ops: int,
+              device: torch.device) -> dict[str, dict[str, float]]:
     stream = torch.cuda.current_stream(device)
     side = torch.cuda.Stream(device)
     side.wait_stream(stream)

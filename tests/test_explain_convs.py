@@ -238,8 +238,8 @@ def test_a_channels_last_fix_prices_the_timed_convolutions_by_their_nhwc_time_an
 def test_an_nchw_shape_timed_in_nhwc_keeps_its_own_key(monkeypatch):
     seen = []
     real = torch.nn.functional.conv2d
-    monkeypatch.setattr(torch.nn.functional, "conv2d",
-                        lambda x, w, **kw: seen.append(x.is_contiguous(memory_format=torch.channels_last)) or real(x, w, **kw))
+    monkeypatch.setattr(torch.nn.functional, "conv2d", lambda x, w, **kw: seen.append(
+        x.is_contiguous(memory_format=torch.channels_last)) or real(x, w, **kw))
     shape = convs.ConvShape([2, 4, 6, 6], [8, 4, 3, 3], [1, 1], [1, 1], [1, 1], 1, False, True)
     timing = convs.time_conv(shape, False, "cpu", samples=3, dtypes=("fp32",), layout=dtype_timing.NHWC)
     assert set(timing.us) == {"fp32@nhwc"} and timing.key() == convs.time_conv(shape, False, "cpu", samples=3,

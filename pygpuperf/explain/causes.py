@@ -483,8 +483,8 @@ def _nchw_norm_saving(records: Sequence[KernelRecord], exclusive: Sequence[float
                    "streaming_efficiency": round(efficiency, 3)}
 
 
-def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence[float],
-                            calls: Sequence[CallAccesses], pricing: attribution.Pricing) -> tuple[float, dict[str, Any]]:
+def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence[float], calls: Sequence[CallAccesses],
+                            pricing: attribution.Pricing) -> tuple[float, dict[str, Any]]:
     """What one fused optimizer kernel buys over the step's per-op (foreach or per-tensor) update: it reads
     each parameter, gradient and state once and writes each once (the storages the update's traced calls
     read before writing them; what the update creates and reads back, a fused kernel keeps in registers),

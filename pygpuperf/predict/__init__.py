@@ -249,7 +249,8 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     records = step.kernels
     calls = profile.calls
     source_side = attribution.Pricing.predicting(source, calls)
-    target_side = attribution.Pricing.predicting(target, calls, source)  # each kernel keeps its bytes' split between the levels
+    # each kernel keeps its bytes' split between the levels
+    target_side = attribution.Pricing.predicting(target, calls, source)
     at_batch = resize.AtBatch.of(records, calls, scale, source_side.terms, target_side.terms)
     notes: dict[str, int] = {}
     substituted = False
