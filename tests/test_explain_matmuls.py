@@ -78,3 +78,22 @@ def test_a_batch_fix_prices_a_timed_gemm_by_its_ratio_between_the_batches(tmp_pa
 
 def test_an_addmm_whose_bias_shape_was_not_recorded_is_not_timed_by_shape():
     assert matmuls._matmul_of(_gemm("aten::addmm", ([], [64, 32], [32, 16]), ([], [32, 1], [16, 1]))) == ()
+
+
+def test_a_channels_last_fix_times_no_gemm_and_a_batch_fix_does(monkeypatch):
+    asked = []
+
+    def spy(records, training, device, samples=20, dtypes=(), scale=1.0, **layout):
+        asked.append((scale, layout.get("layout", "")))
+        return []
+
+    monkeypatch.setattr(fixes, "_LIBRARY_FAMILIES", tuple(
+        (what, attr, spy, lambda records: "fp32", ratios) for what, attr, _, _, ratios in fixes._LIBRARY_FAMILIES))
+    line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
+    step = ExplainedStep(0, [_gemm()], line, Waterfall(0.0, {}, 100.0, 0.0, 1.0), [])
+    e = Explanation("cpu", [step], step, {}, None, {})
+    fixes._time_library_ops(e, torch.device("cpu"), layout="nhwc")
+    assert sorted(asked) == [(1.0, ""), (1.0, ""), (1.0, ""), (1.0, "nhwc"), (1.0, "nhwc"), (1.0, "nhwc")]
+    asked.clear()
+    fixes._time_library_ops(e, torch.device("cpu"), scale=2.0)
+    assert len(asked) == 2 * len(fixes._LIBRARY_FAMILIES)  # the GEMMs too, at both batches

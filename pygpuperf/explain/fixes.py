@@ -285,7 +285,13 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
     that keeps the host's work is replayed through the host's and device's queues where the step allows
     (:func:`_queued`), else its kernels' changes add up. A built-in workload captured in a graph also runs a
     fused optimizer (`graph_fuses_optimizer`)."""
-    step = _Priced.of(explanation, model)
+    return _predicted(_Priced.of(explanation, model), name, knobs, samples_per_step, by_cause, graph_fuses_optimizer)
+
+
+def _predicted(step: _Priced, name: str, knobs: Mapping[str, str], samples_per_step: int | None,
+               by_cause: Mapping[str, float] | None, graph_fuses_optimizer: bool) -> float | None:
+    """:func:`predicted_step` on a step priced already."""
+    explanation, model = step.explanation, step.model
     records = step.records
     wall = explanation.median.timeline.wall_us
     trial = "compile" if name.startswith("compile") else name
@@ -377,6 +383,8 @@ _LIBRARY_FAMILIES = (
     ("sums", "sum_timings", sums.time_step_sums, sums.step_dtype, sums.ratios),
     ("matrix products", "matmul_timings", matmuls.time_step_matmuls, matmuls.step_dtype, matmuls.ratios),
 )
+# The families whose tensors channels_last lays out differently (a GEMM's operands are matrices either way).
+_LAYOUT_FAMILIES = ("norm_timings", "conv_timings", "sum_timings")
 Ratio = Callable[[KernelRecord], float | None]
 
 
@@ -419,8 +427,8 @@ def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Ratio | 
 
 def _timed_totals(step: _Priced, ratio: Ratio) -> tuple[float, float]:
     """(µs the step spends now in the kernels `ratio` prices, µs they take after the fix), by exclusive time."""
-    now = sum(share for r, share in zip(step.records, step.exclusive) if ratio(r) is not None)
-    return now, now + sum(_timed_deltas(step, ratio))
+    timed = [(share, found) for r, share in zip(step.records, step.exclusive) if (found := ratio(r)) is not None]
+    return sum(share for share, _ in timed), sum(share * found for share, found in timed)
 
 
 def _timed_note(step: _Priced, name: str, knobs: Mapping[str, str], samples: int | None) -> list[str]:
@@ -667,10 +675,11 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
             _time_library_ops(explanation, device, scale)
     elif waiver is None and device.type == "cuda" and name == "channels_last":
         _time_library_ops(explanation, device, layout=dtype_timing.NHWC)
-    trial.predicted_step_us = predicted_step(explanation, model, name, knobs, base_samples, run.predicted,
-                                             graph_fuses_optimizer=graph_fuses_optimizer(target))
+    priced = _Priced.of(explanation, model)  # after the timings above: the prediction and its notes share it
+    trial.predicted_step_us = _predicted(priced, name, knobs, base_samples, run.predicted,
+                                         graph_fuses_optimizer(target))
     if trial.predicted_step_us is not None:
-        trial.notes += _timed_note(_Priced.of(explanation, model), name, knobs, base_samples)
+        trial.notes += _timed_note(priced, name, knobs, base_samples)
     if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
         trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
                            "the host's own work per step, which this fix keeps")
@@ -713,6 +722,8 @@ def _time_library_ops(explanation: Explanation, device: torch.device, scale: flo
     records = explanation.median.kernels
     training = any(r.phase == "backward" for r in records)
     for _, attr, time_all, dtype_of, _ in _LIBRARY_FAMILIES:
+        if layout and attr not in _LAYOUT_FAMILIES:
+            continue
         timings = getattr(explanation, attr)
         step = dtype_of(records)
         if layout:
@@ -726,8 +737,9 @@ def _time_library_ops(explanation: Explanation, device: torch.device, scale: flo
             if not dtypes:
                 continue
             try:
+                laid_out = {"layout": laid} if laid else {}  # only the layout families take one
                 timings = dtype_timing.merged(timings, time_all(records, training, device, dtypes=dtypes, scale=at,
-                                                                layout=laid))
+                                                                **laid_out))
             except RuntimeError:  # out of memory for its tensors: the fix is then priced without it
                 continue
         setattr(explanation, attr, timings)

@@ -101,13 +101,10 @@ def step_dtype(records: Sequence[KernelRecord]) -> str | None:
 
 def time_step_matmuls(records: Sequence[KernelRecord], training: bool, device: torch.device | str,
                       samples: int = 20, dtypes: Sequence[str] = dtype_timing.KEYS,
-                      scale: float = 1.0, layout: str = "") -> list[MatmulTiming]:
+                      scale: float = 1.0) -> list[MatmulTiming]:
     """:func:`time_matmul` of each of the step's GEMM shapes (the :data:`MAX_SHAPES` it spends most time in), at
     `scale` times the batch where the batch is in their operands (:func:`tiles.at_batch`); `training` is the
-    other families' signature: a GEMM is timed alone either way. A GEMM's operands are matrices whatever the
-    images' `layout`: nothing to time for one."""
-    if layout:
-        return []
+    other families' signature: a GEMM is timed alone either way."""
     weights = tiles.weight_shapes(records)
     out = []
     for key, record in matmul_records(records)[:MAX_SHAPES]:
