@@ -184,12 +184,14 @@ def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_host
     assert trials[0].measured_step_us == 130.0 and trials[0].predicted_step_us == 120.0
     # The fix is timed in windows alternating with the step as given: given, fixed, fixed, given, ...
     assert ran[1:5] == ["given", "tf32", "tf32", "given"] and trials[0].paired_savings_us == [20.0] * 4
+    assert trials[0].given_windows_us == [150.0] * 4 and trials[0].fixed_windows_us == [130.0] * 4
     assert "batch 1" in trials[0].notes[0]
     assert any("batch 1" in line for line in fixes.fix_lines(trials))  # the text output shows each note
     e.fixes = trials
     (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
     back = compare.load_explanation(tmp_path)  # and the schema takes both
     assert back.batch_one_step_us == 120.0 and back.fixes[0].paired_savings_us == [20.0] * 4
+    assert back.fixes[0].fixed_windows_us == [130.0] * 4
     ran.clear()  # a graph alone changes the host's work: nothing to time at batch 1
     fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
                     only=["cuda_graphs"], measure=_timed(100.0))
@@ -214,6 +216,13 @@ def test_a_fix_on_a_step_whose_host_slows_down_is_measured_against_the_step_time
     # window pair says 20 us saved, though the host slowed by 30 us over the run.
     assert trial.baseline_step_us - trial.measured_step_us == pytest.approx(20.0)
     assert user_flags[1:9] == [False, True, True, False, False, True, True, False] and flag_state() == before
+
+
+def test_a_short_steps_windows_last_a_quarter_second_on_an_accelerator_and_a_long_steps_eight_steps():
+    cuda = torch.device("cuda")
+    assert fixes.window_steps(cuda, 9000.0) == 28 and fixes.window_steps(cuda, 500e3) == 8
+    assert fixes.window_steps(cuda, 10.0) == fixes.MAX_WINDOW_STEPS  # a 10 us step: not 25,000 steps
+    assert fixes.window_steps(torch.device("cpu"), 9000.0) == 2  # a CPU step is timed as before
 
 
 def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():

@@ -108,6 +108,10 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
         from pygpuperf.explain.matmuls import MatmulTiming
 
         explanation.matmul_timings = [MatmulTiming.from_dict(dict(t)) for t in doc["matmul_timing"]]
+    if doc.get("attention_timing"):
+        from pygpuperf.explain.attention import AttentionTiming
+
+        explanation.attention_timings = [AttentionTiming.from_dict(dict(t)) for t in doc["attention_timing"]]
     return explanation
 
 

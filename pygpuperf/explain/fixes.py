@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -23,8 +24,8 @@ import torch
 
 from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import (attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue, resize,
-                               sums, words)
+from pygpuperf.explain import (attention, attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue,
+                               resize, sums, words)
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -43,6 +44,10 @@ HOST_WORK_FIXES = ("cuda_graphs", "compile", "compile_reduce_overhead")
 # the same minutes. (windows of each, warm-up steps, timed steps per window); fewer on a CPU, where each
 # step takes long.
 PAIRED = {"cpu": (2, 1, 2), "other": (4, 2, 8)}
+# On an accelerator a window also lasts at least this long (as many steps as that takes, at most
+# MAX_WINDOW_STEPS): eight 9 ms steps (gpt-tiny on an H200) spread its batch fix's window pairs over
+# 0.90-2.59 ms saved.
+MIN_WINDOW_S, MAX_WINDOW_STEPS = 0.25, 100
 
 
 @dataclass
@@ -65,6 +70,10 @@ class FixTrial:
     # then the given step's median over its windows): each window pair's saving per step (µs, at the
     # baseline's batch).
     paired_savings_us: list[float] = field(default_factory=list)
+    # Each window's median step (µs), in the order they ran: the step as given's, and the fixed step's at
+    # its own batch.
+    given_windows_us: list[float] = field(default_factory=list)
+    fixed_windows_us: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def _per_sample(self, us: float | None, samples: int | None) -> float | None:
@@ -155,7 +164,7 @@ def _timed_deltas(step: _Priced, ratio: Ratio) -> list[float]:
 def _batch_deltas(step: _Priced, scale: float) -> list[float]:
     """Each kernel's change at `scale` times the batch: forward and backward kernels resized as
     :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way), except those
-    of a batch norm, convolution, sum or matrix product whose shape was timed at both batches on the device,
+    of a batch norm, convolution, sum, matrix product or attention whose shape was timed at both batches on the device,
     which take their timing's ratio; the rest stay as measured."""
     batch = resize.AtBatch.of(step.records, step.explanation.calls, scale)
     families = [ratio for _, _, ratio in _timed_variant(step.explanation, scale)]
@@ -382,6 +391,7 @@ _LIBRARY_FAMILIES = (
     ("convolutions", "conv_timings", convs.time_step_convs, convs.step_dtype, convs.ratios),
     ("sums", "sum_timings", sums.time_step_sums, sums.step_dtype, sums.ratios),
     ("matrix products", "matmul_timings", matmuls.time_step_matmuls, matmuls.step_dtype, matmuls.ratios),
+    ("attention", "attention_timings", attention.time_step_attention, attention.step_dtype, attention.ratios),
 )
 # The families whose tensors channels_last lays out differently (a GEMM's operands are matrices either way).
 _LAYOUT_FAMILIES = ("norm_timings", "conv_timings", "sum_timings")
@@ -390,7 +400,8 @@ Ratio = Callable[[KernelRecord], float | None]
 
 def _timed_families(explanation: Explanation, knobs: Mapping[str, str]) -> list[tuple[str, int, Ratio]]:
     """(op family, shapes timed, each of its kernels' time in the AMP fix's dtype over its time now) for the
-    families timed on the device (Explanation.norm_timings, .conv_timings, .sum_timings, .matmul_timings)."""
+    families timed on the device (Explanation.norm_timings, .conv_timings, .sum_timings, .matmul_timings,
+    .attention_timings)."""
     to, frm = _amp_dtypes(explanation, knobs)
     return [(what, len(timings), ratios(timings, to, frm)) for what, attr, _, _, ratios in _LIBRARY_FAMILIES
             if (timings := getattr(explanation, attr))]
@@ -418,9 +429,9 @@ def _first_ratio(families: Sequence[Ratio]) -> Ratio:
 
 
 def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Ratio | None:
-    """For an AMP dtype fix: each batch-norm, convolution, sum or matrix-product kernel's time in the new dtype
-    over its time now, from its own shape's timing on the device; None for a kernel of none of them, or one no
-    timing covers; None in all when nothing was timed."""
+    """For an AMP dtype fix: each kernel of a timed library family (:data:`_LIBRARY_FAMILIES`), its time in the
+    new dtype over its time now, from its own shape's timing on the device; None for a kernel of none of them,
+    or one no timing covers; None in all when nothing was timed."""
     families = [ratio for _, _, ratio in _timed_families(explanation, knobs)]
     return _first_ratio(families) if families else None
 
@@ -625,25 +636,44 @@ def _open_given(target: Target, device: torch.device, stack: contextlib.ExitStac
     return _Given(step, samples, knob_specs.flag_state())
 
 
+def window_steps(device: torch.device, step_us: float | None) -> int:
+    """Timed steps per window of a paired fix: :data:`PAIRED`'s, or on an accelerator as many as fill
+    :data:`MIN_WINDOW_S` at the explained step's time."""
+    steps = PAIRED.get(device.type, PAIRED["other"])[2]
+    if device.type == "cpu" or not step_us:
+        return steps
+    return max(steps, min(MAX_WINDOW_STEPS, math.ceil(MIN_WINDOW_S * 1e6 / step_us)))
+
+
+@dataclass
+class _Windows:
+    """Each window's median step (µs) of the step as given and of the fixed step, in the order they ran."""
+
+    given: list[float]
+    fixed: list[float]
+
+    def savings(self, scale: float) -> list[float]:
+        """Each window pair's saving per step at the given step's batch (`scale`: given over fixed samples)."""
+        return [a - b * scale for a, b in zip(self.given, self.fixed)]
+
+
 def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Given, step: Callable[[], Any],
-            samples: int) -> tuple[float, float, list[float]]:
-    """(the given step's median µs, the fixed step's, each window pair's saving per step at the given step's
-    batch): windows of each in turn (:data:`PAIRED`), torch's flags set to each one's before its window."""
-    count, warmup, steps = PAIRED.get(device.type, PAIRED["other"])
+            samples: int, steps: int) -> _Windows:
+    """Windows of the step as given and of the fixed step in turn (:data:`PAIRED`), `steps` timed steps
+    each, torch's flags set to each one's before its window."""
+    count, warmup, _ = PAIRED.get(device.type, PAIRED["other"])
     fixed_flags = knob_specs.flag_state()
-    windows: dict[bool, list[float]] = {True: [], False: []}
+    windows = _Windows([], [])
     try:
         for i in range(count):
             for is_given in ((True, False) if i % 2 == 0 else (False, True)):
                 knob_specs.restore_flag_state(given.flags if is_given else fixed_flags)
                 timed = measure(given.step if is_given else step, device, given.samples if is_given else samples,
                                 warmup=warmup, steps=steps)
-                windows[is_given].append(timed.step_us.median)
+                (windows.given if is_given else windows.fixed).append(timed.step_us.median)
     finally:
         knob_specs.restore_flag_state(fixed_flags)
-    scale = given.samples / samples
-    savings = [a - b * scale for a, b in zip(windows[True], windows[False])]
-    return statistics.median(windows[True]), statistics.median(windows[False]), savings
+    return windows
 
 
 @dataclass
@@ -694,8 +724,12 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
             built, step, samples = _apply(name, knobs, target, device)
             with built:
                 if given is not None:
-                    trial.baseline_step_us, measured, trial.paired_savings_us = _paired(
-                        run.measure, device, given, step, samples)
+                    windows = _paired(run.measure, device, given, step, samples,
+                                      window_steps(device, run.base_us))
+                    trial.given_windows_us, trial.fixed_windows_us = windows.given, windows.fixed
+                    trial.paired_savings_us = windows.savings(given.samples / samples)
+                    trial.baseline_step_us, measured = statistics.median(windows.given), \
+                        statistics.median(windows.fixed)
                     trial.baseline_samples_per_step = given.samples
                 else:
                     measured = run.measure(step, device, samples).step_us.median
@@ -715,10 +749,10 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
 
 def _time_library_ops(explanation: Explanation, device: torch.device, scale: float = 1.0, layout: str = "") -> None:
     """An AMP dtype fix (`scale` 1), a batch fix (`scale` times the batch) or a channels_last fix (`layout`)
-    changes which kernels the libraries run for the step's batch norms, convolutions, sums and matrix
-    products, and how fast: time each of their shapes in each dtype, or in the step's dtype at its batch and
-    at `scale` times it, or in its own layout and in `layout`, into Explanation.norm_timings, .conv_timings,
-    .sum_timings and .matmul_timings; a variant timed already is not timed again."""
+    changes which kernels the libraries run for the step's batch norms, convolutions, sums, matrix products
+    and attention, and how fast: time each of their shapes in each dtype, or in the step's dtype at its batch
+    and at `scale` times it, or in its own layout and in `layout`, into the Explanation's timings of each
+    family (:data:`_LIBRARY_FAMILIES`); a variant timed already is not timed again."""
     records = explanation.median.kernels
     training = any(r.phase == "backward" for r in records)
     for _, attr, time_all, dtype_of, _ in _LIBRARY_FAMILIES:

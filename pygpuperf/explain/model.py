@@ -179,6 +179,7 @@ class Explanation:
     # convolution shape
     sum_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.sums.SumTiming: likewise, each sum
     matmul_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.matmuls.MatmulTiming: each GEMM
+    attention_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.attention.AttentionTiming
     batch_one_step_us: float | None = None  # --try-fixes: the step at batch 1 without the profiler, at least the
     # host's own time per step
 
@@ -205,6 +206,7 @@ class Explanation:
             **({"convolution_timing": [t.to_dict() for t in self.conv_timings]} if self.conv_timings else {}),
             **({"sum_timing": [t.to_dict() for t in self.sum_timings]} if self.sum_timings else {}),
             **({"matmul_timing": [t.to_dict() for t in self.matmul_timings]} if self.matmul_timings else {}),
+            **({"attention_timing": [t.to_dict() for t in self.attention_timings]} if self.attention_timings else {}),
             **({"batch_one_step_us": self.batch_one_step_us} if self.batch_one_step_us is not None else {}),
         }
 
