@@ -609,3 +609,27 @@ def test_a_stopped_fleet_run_keeps_what_it_measured(tmp_path):
     reasons = [f.get("reason", "") for f in figures.values()]
     assert any("stopped by SIGTERM" in r for r in reasons)
     assert any(f.get("status") == "ok" for f in figures.values())  # what ran before the signal is kept
+
+
+def test_a_stop_between_two_probes_keeps_the_one_measured_and_waives_the_rest(monkeypatch):
+    """The stop signal can land while a probe's line is being reported, outside any probe: the run kept
+    nothing then (fleet.json was not written)."""
+    from pygpuperf.core.results import Measurement
+    from pygpuperf.core.stopping import Stopped
+    from pygpuperf.measure import suite
+
+    cpu = torch.device("cpu")
+    planned = runner.plan_suite(cpu)
+    assert len(planned) >= 3
+    monkeypatch.setattr(suite, "run_one", lambda probe, device, settings: Measurement.not_run(
+        probe.name, backend="portable", device="cpu", status="ok", reason=""))
+    monkeypatch.setattr(runner, "STOPS", [])
+
+    def reported(record):
+        if record.measurement.name == planned[1].name:
+            raise Stopped(15)  # SIGTERM while the second probe's line is printed
+
+    records, exhausted = runner.run_suite(cpu, planned, runner.FleetSettings().run_settings(), 60.0, reported)
+    assert [r.measurement.status for r in records[:2]] == ["ok", "ok"] and len(records) == len(planned)
+    assert all("stopped by SIGTERM" in r.measurement.reason for r in records[2:]) and not exhausted
+    assert len(runner.STOPS) == 1

@@ -181,38 +181,49 @@ class ProbeRecord:
 STOPS: list[KeyboardInterrupt] = []
 
 
+def _not_run(probe: suite.PlannedProbe, device: torch.device, why: str) -> ProbeRecord:
+    m = Measurement.not_run(probe.name, backend=probe.backend.backend_name(device), device=str(device),
+                            status="waived", reason=why)
+    if probe.variant:
+        m.params["variant"] = probe.variant
+    return ProbeRecord(m, 0.0, None)
+
+
 def run_suite(device: torch.device, planned: Sequence[suite.PlannedProbe], settings: RunSettings, budget_s: float,
               on_done: Callable[[ProbeRecord], None] | None = None) -> tuple[list[ProbeRecord], bool]:
     """Each planned probe through the suite's one measuring path, with its wall time and the energy the
     device drew meanwhile. A probe that would start after `budget_s` is not run but waived with the
-    reason; returns (records, whether the budget ran out)."""
+    reason; returns (records, whether the budget ran out). A stop signal, inside a probe or between two
+    (while `on_done` reports one, say), waives the rest and keeps every probe measured before it."""
     records: list[ProbeRecord] = []
     started = time.monotonic()
     exhausted = False
-    for probe in planned:
-        stopped = STOPS[0] if STOPS else None
-        if stopped is not None or time.monotonic() - started >= budget_s:
-            exhausted = exhausted or stopped is None
-            backend = probe.backend.backend_name(device)
-            why = (f"not run: {stopped}" if stopped is not None
-                   else f"not run: the suite's time budget ({budget_s:g} s) was spent")
-            m = Measurement.not_run(probe.name, backend=backend, device=str(device), status="waived", reason=why)
-            if probe.variant:
-                m.params["variant"] = probe.variant
-            records.append(ProbeRecord(m, 0.0, None))
-            continue
-        t0 = time.monotonic()
-        try:
-            m = suite.run_one(probe, device, settings)
-        except KeyboardInterrupt as exc:  # a stop signal: the rest is waived, what was measured is kept and sent
-            STOPS.append(exc)
-            m = Measurement.not_run(probe.name, backend=probe.backend.backend_name(device), device=str(device),
-                                    status="waived", reason=f"not run: {exc}")
-        # The suite samples the device around each probe: its telemetry holds the joules (counter, else power x time).
-        energy = m.telemetry.energy_j if m.telemetry is not None else None
-        records.append(ProbeRecord(m, time.monotonic() - t0, energy))
-        if on_done is not None:
-            on_done(records[-1])
+    done: ProbeRecord | None = None  # the latest probe measured, until it is in `records`
+    try:
+        for probe in planned:
+            stopped = STOPS[0] if STOPS else None
+            if stopped is not None or time.monotonic() - started >= budget_s:
+                exhausted = exhausted or stopped is None
+                records.append(_not_run(probe, device, f"not run: {stopped}" if stopped is not None else
+                                        f"not run: the suite's time budget ({budget_s:g} s) was spent"))
+                continue
+            t0 = time.monotonic()
+            try:
+                m = suite.run_one(probe, device, settings)
+            except KeyboardInterrupt as exc:  # a stop signal: the rest is waived, what was measured is kept
+                STOPS.append(exc)
+                m = _not_run(probe, device, f"not run: {exc}").measurement
+            # The suite samples the device around each probe: its telemetry holds the joules (counter, else
+            # power x time).
+            done = ProbeRecord(m, time.monotonic() - t0, m.telemetry.energy_j if m.telemetry is not None else None)
+            records.append(done)
+            if on_done is not None:
+                on_done(done)
+    except KeyboardInterrupt as exc:  # a stop between probes: later signals only wait (core.stopping)
+        STOPS.append(exc)
+        if done is not None and not any(r is done for r in records):
+            records.append(done)
+        records += [_not_run(p, device, f"not run: {exc}") for p in planned[len(records):]]
     return records, exhausted
 
 
