@@ -97,12 +97,7 @@ def _attention_of(record: KernelRecord) -> AttentionKey | tuple[()] | None:
 
 def attention_shapes(records: Sequence[KernelRecord]) -> list[AttentionKey]:
     """Each attention the step runs (:func:`_attention_of`'s key), most time first."""
-    spent: dict[AttentionKey, float] = {}
-    for r in records:
-        key = _attention_of(r)
-        if key:
-            spent[key] = spent.get(key, 0.0) + r.duration_us
-    return [key for key, _ in sorted(spent.items(), key=lambda kv: -kv[1])]
+    return dtype_timing.most_time_first(records, _attention_of)
 
 
 def step_dtype(records: Sequence[KernelRecord]) -> str | None:

@@ -161,6 +161,18 @@ def ratios(timings: Sequence[DtypeTimes], key_of: Callable[[KernelRecord], Hasha
     return ratio
 
 
+def most_time_first(records: Sequence[KernelRecord],
+                    key_of: Callable[[KernelRecord], Hashable | None]) -> list[Any]:
+    """Each key `key_of` gives the step's kernels (a falsy key: not of the op, or not timeable), the key the
+    step spends most time in first."""
+    spent: dict[Any, float] = {}
+    for r in records:
+        key = key_of(r)
+        if key:
+            spent[key] = spent.get(key, 0.0) + r.duration_us
+    return [key for key, _ in sorted(spent.items(), key=lambda kv: -kv[1])]
+
+
 def merged(timings: Sequence[DtypeTimes], more: Sequence[DtypeTimes]) -> list[DtypeTimes]:
     """`timings` with each of `more`'s times added to the timing of its key (a key not timed yet appended)."""
     by_key = {t.key(): t for t in timings}

@@ -61,14 +61,11 @@ def _layout(r: KernelRecord) -> tuple[tuple[int, ...], bool] | None:
 
 def norm_shapes(records: Sequence[KernelRecord]) -> list[tuple[list[int], bool]]:
     """(input shape, channels_last) of each forward batch norm the step runs, most time first."""
-    spent: dict[tuple[tuple[int, ...], bool], float] = {}
-    for r in records:
-        if r.phase not in ("forward", "other") or not BATCH_NORM_OPS.search(r.op or "") or "backward" in r.op:
-            continue
-        key = _layout(r)
-        if key is not None:
-            spent[key] = spent.get(key, 0.0) + r.duration_us
-    return [(list(shape), last) for (shape, last), _ in sorted(spent.items(), key=lambda kv: -kv[1])]
+    def forward_layout(r: KernelRecord) -> tuple[tuple[int, ...], bool] | None:
+        forward = r.phase in ("forward", "other") and BATCH_NORM_OPS.search(r.op or "") and "backward" not in r.op
+        return _layout(r) if forward else None
+
+    return [(list(shape), last) for shape, last in dtype_timing.most_time_first(records, forward_layout)]
 
 
 def time_step_norms(records: Sequence[KernelRecord], training: bool, device: torch.device | str,

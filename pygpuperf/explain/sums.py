@@ -68,12 +68,7 @@ def _sum_of(record: KernelRecord) -> SumKey | tuple[()] | None:
 
 def sum_shapes(records: Sequence[KernelRecord]) -> list[SumKey]:
     """Each sum the step runs (:func:`_sum_of`'s key), most time first."""
-    spent: dict[SumKey, float] = {}
-    for r in records:
-        key = _sum_of(r)
-        if key:
-            spent[key] = spent.get(key, 0.0) + r.duration_us
-    return [key for key, _ in sorted(spent.items(), key=lambda kv: -kv[1])]
+    return dtype_timing.most_time_first(records, _sum_of)
 
 
 def step_dtype(records: Sequence[KernelRecord]) -> str | None:
