@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -22,19 +22,26 @@ from pygpuperf.explain import dtype_timing
 from pygpuperf.explain.dtype_timing import DtypeTimes
 from pygpuperf.explain.model import KernelRecord
 
-# Each attention op's kernels, by its recorded arguments: (query's layout, the argument saying it is causal, the
-# one holding its dropout probability). "bshd": [batch, sequence, heads, head dim]; "bhsd": heads first.
-ATTENTION_OPS: dict[str, tuple[str, int, int]] = {
-    "aten::_efficient_attention_forward": ("bshd", 9, 8),  # custom_mask_type: 0 none, 1 or 2 causal
-    "aten::_efficient_attention_backward": ("bshd", 14, 11),
-    "aten::_flash_attention_forward": ("bshd", 8, 7),
-    "aten::_flash_attention_backward": ("bshd", 11, 10),
-    "aten::_cudnn_attention_forward": ("bhsd", 10, 9),
-    "aten::_cudnn_attention_backward": ("bhsd", 14, 13),
+
+class _Arguments(NamedTuple):
+    """Where an attention op's recorded inputs hold what its key needs."""
+
+    layout: str  # the query's: "bshd" [batch, sequence, heads, head dim], or "bhsd" (heads first)
+    query: int
+    key: int
+    bias: int | None  # a mask (attention bias); None: the op takes none
+    causal: int  # efficient attention's custom_mask_type: 0 none, 1 or 2 causal; the others' is_causal
+    dropout: int
+
+
+ATTENTION_OPS: dict[str, _Arguments] = {
+    "aten::_efficient_attention_forward": _Arguments("bshd", 0, 1, 3, 9, 8),
+    "aten::_efficient_attention_backward": _Arguments("bshd", 1, 2, 4, 14, 11),
+    "aten::_flash_attention_forward": _Arguments("bshd", 0, 1, None, 8, 7),
+    "aten::_flash_attention_backward": _Arguments("bshd", 1, 2, None, 11, 10),
+    "aten::_cudnn_attention_forward": _Arguments("bhsd", 0, 1, 3, 10, 9),
+    "aten::_cudnn_attention_backward": _Arguments("bhsd", 1, 2, 8, 14, 13),
 }
-# Where the query and key are among each op's inputs, and where a mask (attention bias) would be.
-_QUERY_KEY_BIAS = {"forward": (0, 1, 3), "aten::_efficient_attention_backward": (1, 2, 4),
-                   "aten::_flash_attention_backward": (1, 2, None), "aten::_cudnn_attention_backward": (1, 2, 8)}
 # Of the fp32 reference's mean magnitude, on the output and the query's gradient.
 TOLERANCE = {"fp32": 1e-3, "fp16": 2e-2, "bf16": 1e-1}
 MAX_SHAPES = 16  # shapes timed at most: those the step spends most time in
@@ -75,23 +82,21 @@ def _bhsd(shape: Any, layout: str) -> tuple[int, ...] | None:
 def _attention_of(record: KernelRecord) -> AttentionKey | tuple[()] | None:
     """The record's attention key; () for one whose shapes or arguments were not all recorded, or that runs
     with a mask or dropout (not timed: its output is not comparable run to run); None for another op."""
-    found = ATTENTION_OPS.get(record.op)
-    if found is None:
+    at = ATTENTION_OPS.get(record.op)
+    if at is None:
         return None
-    layout, causal_at, dropout_at = found
-    query_at, key_at, bias_at = _QUERY_KEY_BIAS.get(record.op, _QUERY_KEY_BIAS["forward"])
     shapes, concrete = record.input_shapes, record.concrete_inputs
-    if len(shapes) <= key_at or len(concrete) <= max(causal_at, dropout_at):
+    if len(shapes) <= at.key or len(concrete) <= max(at.causal, at.dropout):
         return ()
-    query, key = _bhsd(shapes[query_at], layout), _bhsd(shapes[key_at], layout)
+    query, key = _bhsd(shapes[at.query], at.layout), _bhsd(shapes[at.key], at.layout)
     try:
-        dropout = float(concrete[dropout_at])
+        dropout = float(concrete[at.dropout])
     except ValueError:
         return ()
-    masked = bias_at is not None and bias_at < len(shapes) and bool(shapes[bias_at])
+    masked = at.bias is not None and at.bias < len(shapes) and bool(shapes[at.bias])
     if query is None or key is None or dropout != 0 or masked:
         return ()
-    causal = concrete[causal_at] not in ("0", "False")
+    causal = concrete[at.causal] not in ("0", "False")
     return query, key, causal
 
 
