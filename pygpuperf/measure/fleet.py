@@ -208,18 +208,14 @@ def run_suite(device: torch.device, planned: Sequence[suite.PlannedProbe], setti
                                         f"not run: the suite's time budget ({budget_s:g} s) was spent"))
                 continue
             t0 = time.monotonic()
-            try:
-                m = suite.run_one(probe, device, settings)
-            except KeyboardInterrupt as exc:  # a stop signal: the rest is waived, what was measured is kept
-                STOPS.append(exc)
-                m = _not_run(probe, device, f"not run: {exc}").measurement
+            m = suite.run_one(probe, device, settings)
             # The suite samples the device around each probe: its telemetry holds the joules (counter, else
             # power x time).
             done = ProbeRecord(m, time.monotonic() - t0, m.telemetry.energy_j if m.telemetry is not None else None)
             records.append(done)
             if on_done is not None:
                 on_done(done)
-    except KeyboardInterrupt as exc:  # a stop between probes: later signals only wait (core.stopping)
+    except KeyboardInterrupt as exc:  # a stop signal, in a probe or between two; later ones only wait (core.stopping)
         STOPS.append(exc)
         if done is not None and not any(r is done for r in records):
             records.append(done)
