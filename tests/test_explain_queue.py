@@ -1,5 +1,7 @@
 """The step replayed through the host's and the device's queues: host-paced savings hidden, syncs' costs."""
 
+import dataclasses
+
 import pytest
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
@@ -25,12 +27,12 @@ def _step(durations, host_gap_us, sync_after=None, ops=None, phases=None, latenc
     return records, syncs, (0.0, max(host + gaps[-1], device))
 
 
-def _explanation(records, syncs, window, wall_us):
+def _explanation(records, syncs, window, wall_us, amp="fp16"):
     line = Timeline(wall_us=wall_us, busy_us=sum(r.duration_us for r in records),
                     idle=Idle(host_bound_us=wall_us - sum(r.duration_us for r in records),
                               sync_us=10.0 if syncs else 0.0))
     step = ExplainedStep(0, records, line, Waterfall(0.0, {}, wall_us, 0.0, 1.0), [], window, syncs)
-    return Explanation("cuda", [step], step, {}, Throughput(Stats.of([wall_us] * 3), 8), {"amp": "fp16"})
+    return Explanation("cuda", [step], step, {}, Throughput(Stats.of([wall_us] * 3), 8), {"amp": amp})
 
 
 def _model():
@@ -94,3 +96,37 @@ def test_the_amp_fix_from_fp16_drops_the_scalers_kernels_and_its_sync():
     # optimizer's launches wait behind the backward's drain.
     assert wall > 900.0
     assert predicted == pytest.approx(7 * 6.0 + 6 * 101.0 + 5 * 6.0, rel=0.03)
+
+
+def test_a_sync_added_to_a_device_bound_step_exposes_the_host_at_its_pace_at_batch_one():
+    # bf16 training, device-bound: 20 long backward kernels the host runs far ahead of, then 20 short optimizer
+    # kernels. The profiled host spends 50 us per launch; the step at batch 1, 1000 us, says the unprofiled host
+    # spends half that. fp16's loss scaling adds a sync before the optimizer: after the drain, the host's 20
+    # launches at 25 us each pace 20 kernels of 5 us.
+    durations = [400.0] * 20 + [5.0] * 20
+    phases = {i: "backward" for i in range(20)} | {i: "optimizer" for i in range(20, 40)}
+    records, syncs, window = _step(durations, host_gap_us=50.0, phases=phases)
+    device_us = 20 * 401.0 + 20 * 6.0
+    e = _explanation(records, syncs, window, device_us, amp="bf16")
+    unpaced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    e.batch_one_step_us = 1000.0
+    paced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    # Without the host's pace the sync is not seen; with it, the optimizer's 20 launches at 25 us leave the
+    # device idle for about 20 x (25 - 6) us, plus the sync's return and the first launch's latency.
+    assert 20 * 19.0 <= paced - unpaced <= 20 * 19.0 + 40.0
+    # A batch-1 step slower than the timed step allows (a device still busy at batch 1) is held to the host
+    # that still replays the step as timed: a host of 120 us a launch, profiled, at twice that would pace it.
+    records, syncs, window = _step(durations, host_gap_us=120.0, phases=phases)
+    held = queue.build(records, window, syncs, gap_us=1.0).paced(durations, device_us, 20000.0)
+    assert 1.0 < held.scale < 2.0
+    assert held.period_us(durations) == pytest.approx(device_us, rel=0.011)
+
+
+def test_a_host_a_step_ahead_keeps_its_launches_before_the_window_and_no_lead_as_latency():
+    # Launched a whole step (4040 us) before they run, while the previous step's kernels held the device: the
+    # window starts at the first kernel, long after the first launch.
+    records, syncs, _ = _step([100.0] * 40, host_gap_us=5.0)
+    ahead = [dataclasses.replace(r, launch_us=r.launch_us - 4040.0) for r in records]
+    host = queue.build(ahead, (records[0].start_us, records[-1].end_us), syncs, gap_us=1.0)
+    assert host.host_work_us() == pytest.approx(39 * 5.0)  # every launch interval, none clipped by the window
+    assert host.latency_us < 20.0  # no launch found the device idle: not the first one's 4 ms lead

@@ -267,8 +267,8 @@ def _queued(priced: _Priced, deltas: Sequence[float],
             change: Callable[[queue.HostQueue, list[float]], _Syncs] | None = None) -> float | None:
     """The step with each kernel's exclusive time changed by `deltas`, replayed through the host's and the
     device's queues (:mod:`pygpuperf.explain.queue`): the measured step plus the replay's change. None where
-    the step cannot be replayed (no launch times, or its syncs not kept) or is device-bound (its kernels'
-    changes add up)."""
+    the step cannot be replayed (no launch times, or its syncs not kept) or is device-bound without a time at
+    batch 1 to pace its host by (its kernels' changes add up)."""
     step = priced.explanation.median
     if step.timeline.idle.sync_us > 0 and not step.syncs:  # recorded before the syncs were kept
         return None
@@ -276,7 +276,8 @@ def _queued(priced: _Priced, deltas: Sequence[float],
     if host is None:
         return None
     now = priced.exclusive
-    host = host.fitted(now, step.timeline.wall_us)
+    one = priced.explanation.batch_one_step_us
+    host = host.fitted(now, step.timeline.wall_us) or (host.paced(now, step.timeline.wall_us, one) if one else None)
     if host is None:
         return None
     changed = list(deltas)

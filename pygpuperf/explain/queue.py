@@ -7,9 +7,10 @@ back-to-back gap. Steps follow one another as in a loop that does not synchroniz
 host may run ahead of the device across steps; the step time is the device's period in steady state.
 
 The profiled host is slower than the unprofiled one (the profiler records every op), so its work
-is scaled to replay the step as timed without the profiler. Only a step the host paces is replayed: on
-a device-bound step the host's pace does not show, and a host far ahead of the device is held back by
-the launch queue, so that its launch times follow the device's. A fix that changes what the
+is scaled to replay the step as timed without the profiler. On a step the host paces, the scale is the
+one that replays the step's time. On a device-bound step the host's pace does not show in the step's
+time; its scale is then the step timed at batch 1 (where the device's work is small beside the host's)
+over the profiled host's work, at most what still replays the step as timed. A fix that changes what the
 kernels cost, or that adds or removes a synchronization, is the same replay with those changes;
 where the host's launches hide a device saving, or a synchronization exposes the host's work, the
 replay sees it where a sum over kernels does not.
@@ -102,6 +103,26 @@ class HostQueue:
             lo, hi = (mid, hi) if period(mid) <= wall_us else (lo, mid)
         return replace(self, scale=lo)
 
+    def paced(self, durations: Sequence[float], wall_us: float, host_us: float) -> HostQueue | None:
+        """This queue with the host's scale of a device-bound step, whose pace the profile hides: the host's
+        work per step is `host_us` (the step timed at batch 1 without the profiler, where the device's work is
+        small beside the host's), at most what still replays the step within its time as timed (`wall_us`).
+        None where the device alone does not replay it."""
+        def period(s: float) -> float:
+            return self.period_us(durations, s)
+
+        work, limit = self.host_work_us(), wall_us * (1 + _FIT_TOLERANCE)
+        if work <= 0 or host_us <= 0 or period(0.0) > limit:
+            return None
+        hi = min(host_us / work, _MAX_SCALE)
+        if period(hi) <= limit:
+            return replace(self, scale=hi)
+        lo = 0.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if period(mid) <= limit else (lo, mid)
+        return replace(self, scale=lo)
+
 
 def build(records: Sequence[KernelRecord], window_us: tuple[float, float] | None,
           syncs: Sequence[tuple[float, float]], gap_us: float) -> HostQueue | None:
@@ -111,7 +132,8 @@ def build(records: Sequence[KernelRecord], window_us: tuple[float, float] | None
                       key=lambda i: records[i].launch_us)
     if not records or len(launched) < _MIN_LAUNCHED * len(records):
         return None
-    start = window_us[0] if window_us else records[launched[0]].launch_us
+    first = records[launched[0]].launch_us
+    start = min(window_us[0], first) if window_us else first  # a host ahead launched before its window
     timeline = sorted([(records[i].launch_us, 1, i) for i in launched] + [(a, 0, b) for a, b in syncs])
     events: list[Event] = []
     cursor = start
@@ -128,7 +150,10 @@ def build(records: Sequence[KernelRecord], window_us: tuple[float, float] | None
     if window_us and window_us[1] > last_end + gap_us:  # the window ends at the next step's host start
         events.append(Event(max(window_us[1] - cursor, 0.0)))
     leads = [records[i].start_us - records[i].launch_us for i in launched]
-    prior_end = [float("-inf"), *itertools.accumulate((records[i].end_us for i in launched[:-1]), max)]
+    # The previous step's kernels end by this step's window start (windows tile the device's time): a first
+    # launch before it was queued behind them.
+    before = window_us[0] if window_us else float("-inf")
+    prior_end = list(itertools.accumulate((records[i].end_us for i in launched[:-1]), max, initial=before))
     # launched while the device was idle: the launch latency alone
     idle = [lead for lead, i, end in zip(leads, launched, prior_end) if records[i].launch_us > end]
     latency = statistics.median(idle) if idle else gap_us
