@@ -30,8 +30,9 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
-def kernels_of(shape: convs.ConvShape, scale: float, device: torch.device) -> dict[str, float]:
-    """Kernel name → median µs per call of the shape's forward and backward at `scale` times its batch."""
+def kernels_of(shape: convs.ConvShape, scale: float, device: torch.device, part: str = "both") -> dict[str, float]:
+    """Kernel name → median µs per call of the shape's forward and backward at `scale` times its batch (`part`
+    "both": each call runs both; "forward" or "backward": that phase alone, the backward on a kept graph)."""
     images = [max(1, round(shape.input[0] * scale)), *shape.input[1:]]
     x = (torch.rand(*images, device=device) + 0.5).contiguous(memory_format=torch.channels_last).requires_grad_()
     w = (torch.rand(*shape.weight, device=device) - 0.5).contiguous(memory_format=torch.channels_last).requires_grad_()
@@ -40,7 +41,12 @@ def kernels_of(shape: convs.ConvShape, scale: float, device: torch.device) -> di
     g = torch.rand_like(out)
 
     def run() -> None:
-        torch.autograd.grad(torch.nn.functional.conv2d(x, w, **args), (x, w), g)
+        if part == "both":
+            torch.autograd.grad(torch.nn.functional.conv2d(x, w, **args), (x, w), g)
+        elif part == "forward":
+            torch.nn.functional.conv2d(x, w, **args)
+        else:
+            torch.autograd.grad(out, (x, w), g, retain_graph=True)
 
     for _ in range(3):
         run()
@@ -83,11 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         doc["held_bytes"] = held.numel()
         doc["by_scale_memory_held"] = {str(s): kernels_of(shape, s, device) for s in scales}
         del held
+        doc["by_scale_phase_apart"] = {f"{s} {part}": kernels_of(shape, s, device, part)
+                                       for s in scales for part in ("forward", "backward")}
     finally:
         restore()
     args.out.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     print("time_conv:", doc["time_conv_us"])
-    for s, found in [*doc["by_scale"].items(), *(("held " + k, v) for k, v in doc["by_scale_memory_held"].items())]:
+    for s, found in [*doc["by_scale"].items(), *(("held " + k, v) for k, v in doc["by_scale_memory_held"].items()),
+                     *doc["by_scale_phase_apart"].items()]:
         print(f"x{s}: {sum(found.values()):.1f} us per call")
         for name, us in sorted(found.items(), key=lambda kv: -kv[1]):
             print(f"  {us:9.1f}  {name[:110]}")

@@ -187,7 +187,8 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
               dtypes: Sequence[str] = dtype_timing.KEYS, scale: float = 1.0, layout: str = "") -> ConvTiming:
     """Median µs of F.conv2d on random non-zero input and weights of `shape` (its batch times `scale`; in its
     own layout, or NHWC where `layout` says) in each of `dtypes`, forward and backward when `training` (the
-    weight's gradient, and the input's where the step computes it), keyed by :func:`dtype_timing.variant`; a
+    weight's gradient, and the input's where the step computes it; the backward timed in turn with the forward
+    and alone, the faster kept: :func:`dtype_timing.fastest_phases`), keyed by :func:`dtype_timing.variant`; a
     dtype whose outputs are off the fp32 reference (run without TF32) by more than its tolerance is left out."""
     device = torch.device(device)
     fmt = torch.channels_last if shape.channels_last or layout == dtype_timing.NHWC else torch.contiguous_format
@@ -201,29 +202,40 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
     grad_of_input = training and shape.input_grad
     grad = None
 
-    def run_in(dtype: torch.dtype, forward_only: bool = False) -> Callable[[], dtype_timing.Outputs]:
-        nonlocal grad
-        x = base.to(dtype, copy=True).requires_grad_(grad_of_input)
-        w = weight.to(dtype, copy=True).requires_grad_(training)
-        if training and grad is None:
-            out_shape = torch.nn.functional.conv2d(x.detach(), w.detach(), **args).shape
-            grad = (torch.rand(*out_shape, device=device, generator=generator) - 0.5).contiguous(memory_format=fmt)
-        g = grad.to(dtype) if grad is not None else None
-
-        def run() -> dtype_timing.Outputs:
-            out = torch.nn.functional.conv2d(x, w, **args)
-            if not training or forward_only:
-                return out, None, None
+    def run_in_for(apart: bool) -> dtype_timing.RunIn:
+        """The op in a dtype; with `apart`, its backward alone on a graph kept from one forward."""
+        def run_in(dtype: torch.dtype, forward_only: bool = False) -> Callable[[], dtype_timing.Outputs]:
+            nonlocal grad
+            x = base.to(dtype, copy=True).requires_grad_(grad_of_input)
+            w = weight.to(dtype, copy=True).requires_grad_(training)
+            if training and grad is None:
+                out_shape = torch.nn.functional.conv2d(x.detach(), w.detach(), **args).shape
+                grad = (torch.rand(*out_shape, device=device, generator=generator) - 0.5
+                        ).contiguous(memory_format=fmt)
+            g = grad.to(dtype) if grad is not None else None
             wanted = (x, w) if grad_of_input else (w,)
-            grads = torch.autograd.grad(out, wanted, g)
-            return out, grads[-1], grads[0] if grad_of_input else None
+            if not training or forward_only:
+                return lambda: (torch.nn.functional.conv2d(x, w, **args), None, None)
+            kept = torch.nn.functional.conv2d(x, w, **args) if apart else None
 
-        return run
+            def run() -> dtype_timing.Outputs:
+                out = kept if kept is not None else torch.nn.functional.conv2d(x, w, **args)
+                grads = torch.autograd.grad(out, wanted, g, retain_graph=kept is not None)
+                return out, grads[-1], grads[0] if grad_of_input else None
 
+            return run
+        return run_in
+
+    run_in = run_in_for(False)
     restore = torch_flags.set_cudnn_tf32(False)
     try:
         reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
     finally:
         restore()
-    return ConvTiming(shape, training, dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples,
-                                                                   dtypes, scale, split=training, layout=layout))
+    us = dtype_timing.time_in_dtypes(run_in, reference, TOLERANCE, device, samples, dtypes, scale, split=training,
+                                     layout=layout)
+    if training:  # the library's own pace: the faster of the backward run in turn with the forward, and alone
+        us = dtype_timing.fastest_phases(us, dtype_timing.time_in_dtypes(
+            run_in_for(True), reference, TOLERANCE, device, samples, dtypes, scale, split=True, layout=layout,
+            backward_apart=True))
+    return ConvTiming(shape, training, us)

@@ -103,15 +103,17 @@ RunIn = Callable[[torch.dtype, bool], Callable[[], Outputs]]
 
 def time_in_dtypes(run_in: RunIn, reference: Outputs | None, tolerance: Mapping[str, float], device: torch.device,
                    samples: int, dtypes: Sequence[str] = KEYS, scale: float = 1.0,
-                   split: bool = False, layout: str = "") -> dict[str, float]:
+                   split: bool = False, layout: str = "", backward_apart: bool = False) -> dict[str, float]:
     """Median µs of `run_in(dtype, False)()`'s kernels (their own durations on CUDA: timed alone, an op on a
     small shape runs at the host's pace, where in the step its launches are queued ahead) in each of
     `dtypes`, timed after 3 warm-ups, keyed by :func:`variant` at `scale` and `layout` (the batch and layout
     the operands were built in), and with `split` (a training op) of its
     forward alone (`run_in(dtype, True)`, key + :data:`FORWARD_ONLY`): the libraries' forward and backward
     kernels move apart with the batch (fp32 ResNet-50 training on an H200, batch 256 to 512: forward batch
-    norms 10.41 → 18.95 ms, backward 14.43 → 28.31). A dtype whose outputs are off `reference` by more than its
-    `tolerance`, or that cannot run here, is left out (all are, without a reference)."""
+    norms 10.41 → 18.95 ms, backward 14.43 → 28.31). With `backward_apart`, `run_in(dtype, False)` runs the
+    backward alone (on a graph it keeps) and the whole is its time plus the forward's. A dtype whose outputs are
+    off `reference` by more than its `tolerance`, or that cannot run here, is left out (all are, without a
+    reference)."""
     us: dict[str, float] = {}
     if reference is None:
         return us
@@ -131,9 +133,35 @@ def time_in_dtypes(run_in: RunIn, reference: Outputs | None, tolerance: Mapping[
                     statistics.median(seconds) * 1e6)
         except (RuntimeError, TypeError):  # a dtype this device or build cannot run
             continue
-        if variant(key, scale, layout) in timed:
+        whole = variant(key, scale, layout)
+        if whole in timed:
+            if backward_apart and split and whole + FORWARD_ONLY in timed:
+                timed[whole] += timed[whole + FORWARD_ONLY]
             us.update(timed)
     return us
+
+
+def fastest_phases(*timed: Mapping[str, float]) -> dict[str, float]:
+    """Several timings of one training op (:func:`time_in_dtypes` with `split`), each run another way, as one:
+    each variant's forward and backward the fastest of the ways that timed both. cuDNN keeps a convolution's
+    initialised workspace from call to call only where its allocations repeat: UNet's [64, 512, 32, 32] x
+    [256, 512, 3, 3] on an H200 at batch 128 re-initialised its forward's on every call run in turn with the
+    backward (1.7 ms a call, 3 µs in the step), and [64, 32, 256, 256] x [32, 32, 3, 3]'s backward alone on a
+    kept graph ran 10 % slower than in the step at batch 64; each way's slow call is its own."""
+    out = dict(timed[0]) if timed else {}
+    for more in timed[1:]:
+        for key, us in more.items():
+            if key.endswith(FORWARD_ONLY) or key not in out:
+                out.setdefault(key, us)
+                continue
+            forwards = [t[key + FORWARD_ONLY] for t in (out, more) if key + FORWARD_ONLY in t]
+            if len(forwards) < 2:
+                out[key] = min(out[key], us)
+                continue
+            forward = min(forwards)
+            out[key] = forward + min(out[key] - out[key + FORWARD_ONLY], us - more[key + FORWARD_ONLY])
+            out[key + FORWARD_ONLY] = forward
+    return out
 
 
 def ratios(timings: Sequence[DtypeTimes], key_of: Callable[[KernelRecord], Hashable | None], to: str,
