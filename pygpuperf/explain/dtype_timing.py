@@ -143,11 +143,12 @@ def time_in_dtypes(run_in: RunIn, reference: Outputs | None, tolerance: Mapping[
 
 def fastest_phases(*timed: Mapping[str, float]) -> dict[str, float]:
     """Several timings of one training op (:func:`time_in_dtypes` with `split`), each run another way, as one:
-    each variant's forward and backward the fastest of the ways that timed both. cuDNN keeps a convolution's
-    initialised workspace from call to call only where its allocations repeat: UNet's [64, 512, 32, 32] x
-    [256, 512, 3, 3] on an H200 at batch 128 re-initialised its forward's on every call run in turn with the
-    backward (1.7 ms a call, 3 µs in the step), and [64, 32, 256, 256] x [32, 32, 3, 3]'s backward alone on a
-    kept graph ran 10 % slower than in the step at batch 64; each way's slow call is its own."""
+    each variant's forward and backward the fastest of the ways that timed both, so that a slow path one way
+    of calling takes does not stand for the library's pace. On an H200, UNet's [64, 512, 32, 32] x [256, 512,
+    3, 3] at batch 128, run in turn with its backward, re-initialised the forward's workspace on every call
+    (1.7 ms a call, 3 µs in the step; alone, 48.5 µs). [64, 32, 256, 256] x [32, 32, 3, 3]'s backward alone on
+    a kept graph ran 10 % slower than in the step at batch 64, in one run where its in-turn timing had come
+    within 2.1 %; in another run both ways were 10 % slow."""
     out = dict(timed[0]) if timed else {}
     for more in timed[1:]:
         for key, us in more.items():
