@@ -186,9 +186,13 @@ def _library_gap(record: KernelRecord, part: attribution.KernelPart, model: Mach
     return timing.compute_us * (ratio - 1) * exclusive_us / record.duration_us
 
 
+# The cause of NCHW↔NHWC transposes around convolutions: the one layout cause a channels_last fix removes.
+NCHW_NHWC = "layout.nchw_nhwc"
+
+
 def _layout_cause(record: KernelRecord, neighbours: Sequence[KernelRecord], convolutions: bool) -> str:
     if convolutions and (_NHWC_NAME.search(record.name) or _CONV.search(record.op) or _CONV.search(record.module)):
-        return "layout.nchw_nhwc"
+        return NCHW_NHWC
     if record.op in _VIEW_FALLBACK_OPS:
         return "layout.view_fallback"
     if _ATTENTION_MODULE.search(record.module) or any(_ATTENTION_OP.search(n.op) for n in neighbours):
@@ -355,7 +359,7 @@ _PART_OF = {
     "library_rate": PART_TENSOR, "kernel_choice.convolution": PART_TENSOR, "kernel_choice.gemm": PART_TENSOR,
     "precision.fp32_no_tf32": PART_FALLBACK, "shape.depthwise": PART_FALLBACK, "cpu.simd_under_use": PART_FALLBACK,
     "unfused_chain": PART_MEMORY, "shape.gemv": PART_MEMORY, "optimizer.unfused": PART_MEMORY,
-    "bandwidth": PART_MEMORY, "layout.nchw_nhwc": PART_LAYOUT, "layout.attention_heads": PART_LAYOUT,
+    "bandwidth": PART_MEMORY, NCHW_NHWC: PART_LAYOUT, "layout.attention_heads": PART_LAYOUT,
     "layout.permute_contiguous": PART_LAYOUT, "layout.view_fallback": PART_LAYOUT, "waves.partial_wave": "ideal",
     "precision.bf16_unused": "ideal",
 }
@@ -679,7 +683,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
     elif cause_id.startswith("layout."):
         name = cause_id.split(".", 1)[1]
         saves = sum(exclusive[i] for i in idx)
-        if name == "nchw_nhwc":
+        if cause_id == NCHW_NHWC:
             title = f"NCHW↔NHWC transposes around convolutions take {pct}."
             fmt = str(settings.get("memory_format", "")).lower()
             if fmt == "channels_last":

@@ -362,7 +362,7 @@ def _nhwc_deltas(step: _Priced) -> list[float] | None:
     deltas = _timed_deltas(step, timed)
     found = step.explanation.causes
     for cause in (found.items if found is not None else ()):
-        if cause.id == "layout.nchw_nhwc":
+        if cause.id == causes.NCHW_NHWC:
             for i in cause.kernels:
                 if timed(step.records[i]) is None:
                     deltas[i] = -step.exclusive[i]
