@@ -12,6 +12,7 @@ shape's ratio between dtypes, and a batch fix's by its ratio between batches (se
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -202,31 +203,28 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
     grad_of_input = training and shape.input_grad
     grad = None
 
-    def run_in_for(apart: bool) -> dtype_timing.RunIn:
-        """The op in a dtype; with `apart`, its backward alone on a graph kept from one forward."""
-        def run_in(dtype: torch.dtype, forward_only: bool = False) -> Callable[[], dtype_timing.Outputs]:
-            nonlocal grad
-            x = base.to(dtype, copy=True).requires_grad_(grad_of_input)
-            w = weight.to(dtype, copy=True).requires_grad_(training)
-            if training and grad is None:
-                out_shape = torch.nn.functional.conv2d(x.detach(), w.detach(), **args).shape
-                grad = (torch.rand(*out_shape, device=device, generator=generator) - 0.5
-                        ).contiguous(memory_format=fmt)
-            g = grad.to(dtype) if grad is not None else None
-            wanted = (x, w) if grad_of_input else (w,)
-            if not training or forward_only:
-                return lambda: (torch.nn.functional.conv2d(x, w, **args), None, None)
-            kept = torch.nn.functional.conv2d(x, w, **args) if apart else None
+    def run_in(dtype: torch.dtype, forward_only: bool = False,
+               apart: bool = False) -> Callable[[], dtype_timing.Outputs]:
+        """The op in `dtype`; with `apart`, its backward alone on a graph kept from one forward."""
+        nonlocal grad
+        x = base.to(dtype, copy=True).requires_grad_(grad_of_input)
+        w = weight.to(dtype, copy=True).requires_grad_(training)
+        if training and grad is None:
+            out_shape = torch.nn.functional.conv2d(x.detach(), w.detach(), **args).shape
+            grad = (torch.rand(*out_shape, device=device, generator=generator) - 0.5).contiguous(memory_format=fmt)
+        g = grad.to(dtype) if grad is not None else None
+        wanted = (x, w) if grad_of_input else (w,)
+        if not training or forward_only:
+            return lambda: (torch.nn.functional.conv2d(x, w, **args), None, None)
+        kept = torch.nn.functional.conv2d(x, w, **args) if apart else None
 
-            def run() -> dtype_timing.Outputs:
-                out = kept if kept is not None else torch.nn.functional.conv2d(x, w, **args)
-                grads = torch.autograd.grad(out, wanted, g, retain_graph=kept is not None)
-                return out, grads[-1], grads[0] if grad_of_input else None
+        def run() -> dtype_timing.Outputs:
+            out = kept if kept is not None else torch.nn.functional.conv2d(x, w, **args)
+            grads = torch.autograd.grad(out, wanted, g, retain_graph=kept is not None)
+            return out, grads[-1], grads[0] if grad_of_input else None
 
-            return run
-        return run_in
+        return run
 
-    run_in = run_in_for(False)
     restore = torch_flags.set_cudnn_tf32(False)
     try:
         reference = dtype_timing.reference_outputs(lambda: run_in(torch.float32)())
@@ -236,6 +234,6 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
                                      layout=layout)
     if training:  # the library's own pace: the faster of the backward run in turn with the forward, and alone
         us = dtype_timing.fastest_phases(us, dtype_timing.time_in_dtypes(
-            run_in_for(True), reference, TOLERANCE, device, samples, dtypes, scale, split=True, layout=layout,
+            functools.partial(run_in, apart=True), reference, TOLERANCE, device, samples, dtypes, scale, split=True, layout=layout,
             backward_apart=True))
     return ConvTiming(shape, training, us)

@@ -89,38 +89,29 @@ class HostQueue:
         """This queue with the host's scale that replays the step as timed without the profiler (`wall_us`),
         where the host's pace shows in it; None for a device-bound step (its host's work is hidden, and
         its profiled launch times follow the device where the launch queue held the host back)."""
-        def period(s: float) -> float:
-            return self.period_us(durations, s)
-
-        if self.host_work_us() <= 0 or wall_us <= period(0.0) * (1 + _FIT_TOLERANCE) or \
+        if self.host_work_us() <= 0 or wall_us <= self.period_us(durations, 0.0) * (1 + _FIT_TOLERANCE) or \
                 self.lead_us > _HOST_PACED_LEAD * max(self.latency_us, 1.0):
             return None
-        lo, hi = 0.0, _MAX_SCALE
-        if period(hi) <= wall_us:
-            return replace(self, scale=hi)
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if period(mid) <= wall_us else (lo, mid)
-        return replace(self, scale=lo)
+        return self._scaled_within(durations, wall_us, _MAX_SCALE)
 
     def paced(self, durations: Sequence[float], wall_us: float, host_us: float) -> HostQueue | None:
         """This queue with the host's scale of a device-bound step, whose pace the profile hides: the host's
         work per step is `host_us` (the step timed at batch 1 without the profiler, where the device's work is
         small beside the host's), at most what still replays the step within its time as timed (`wall_us`).
         None where the device alone does not replay it."""
-        def period(s: float) -> float:
-            return self.period_us(durations, s)
-
         work, limit = self.host_work_us(), wall_us * (1 + _FIT_TOLERANCE)
-        if work <= 0 or host_us <= 0 or period(0.0) > limit:
+        if work <= 0 or host_us <= 0 or self.period_us(durations, 0.0) > limit:
             return None
-        hi = min(host_us / work, _MAX_SCALE)
-        if period(hi) <= limit:
-            return replace(self, scale=hi)
-        lo = 0.0
+        return self._scaled_within(durations, limit, min(host_us / work, _MAX_SCALE))
+
+    def _scaled_within(self, durations: Sequence[float], limit_us: float, most: float) -> HostQueue:
+        """This queue at the largest host scale up to `most` whose replay takes at most `limit_us` (bisected)."""
+        if self.period_us(durations, most) <= limit_us:
+            return replace(self, scale=most)
+        lo, hi = 0.0, most
         for _ in range(40):
             mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if period(mid) <= limit else (lo, mid)
+            lo, hi = (mid, hi) if self.period_us(durations, mid) <= limit_us else (lo, mid)
         return replace(self, scale=lo)
 
 
