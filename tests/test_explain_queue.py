@@ -6,7 +6,9 @@ import pytest
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
 from pygpuperf.explain import fixes, queue
-from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
+from pygpuperf.analyze.kernel_time import Access
+from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline,
+                                     Waterfall)
 
 
 def _step(durations, host_gap_us, sync_after=None, ops=None, phases=None, latency_us=10.0):
@@ -71,12 +73,13 @@ def test_removing_a_sync_lets_the_host_run_ahead_of_a_busy_device():
     without = host.period_us(now, without_syncs=frozenset(n for n, ev in enumerate(host.events) if ev.sync))
     assert without == pytest.approx(20 * 31.0, rel=0.03)  # the device's own time
     assert synced > without + 5.0  # the wait and the launch latency after it
-    # Adding a sync in the middle costs the host's launches after it that the device no longer hides.
-    # The sync's wait after the drain (5 us) and the launch latency (10 us) less the gap it replaces (1 us);
-    # the host's launches are faster than the kernels, so the device is not starved after it.
+    # Adding a sync in the middle costs the host's work after it that the device no longer hides: the
+    # sync's wait after the drain (5 us), the host's work before the next launch (10 us) and the launch
+    # latency (10 us), less the gap it replaces (1 us); the host's launches are faster than the kernels,
+    # so the device is not starved after it.
     added = host.period_us(now, without_syncs=frozenset(n for n, ev in enumerate(host.events) if ev.sync),
                            sync_before=10)
-    assert added == pytest.approx(without + 5.0 + 10.0 - 1.0, abs=1.0)
+    assert added == pytest.approx(without + 5.0 + 10.0 + 10.0 - 1.0, abs=1.0)
 
 
 def test_the_amp_fix_from_fp16_drops_the_scalers_kernels_and_its_sync():
@@ -112,8 +115,10 @@ def test_a_sync_added_to_a_device_bound_step_exposes_the_host_at_its_pace_at_bat
     e.batch_one_step_us = 1000.0
     paced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
     # Without the host's pace the sync is not seen; with it, the optimizer's 20 launches at 25 us leave the
-    # device idle for about 20 x (25 - 6) us, plus the sync's return and the first launch's latency.
-    assert 20 * 19.0 <= paced - unpaced <= 20 * 19.0 + 40.0
+    # device idle for about 20 x (25 - 6) us, plus the host's 25 us before the first launch (after the sync,
+    # as GradScaler's comes before the optimizer's step), the sync's return and the first launch's latency
+    # (10 us each).
+    assert 20 * 19.0 + 25.0 + 20.0 <= paced - unpaced <= 20 * 19.0 + 25.0 + 45.0
     # A batch-1 step slower than the timed step allows (a device still busy at batch 1) is held to the host
     # that still replays the step as timed: a host of 120 us a launch, profiled, at twice that would pace it.
     records, syncs, window = _step(durations, host_gap_us=120.0, phases=phases)
@@ -130,3 +135,25 @@ def test_a_host_a_step_ahead_keeps_its_launches_before_the_window_and_no_lead_as
     host = queue.build(ahead, (records[0].start_us, records[-1].end_us), syncs, gap_us=1.0)
     assert host.host_work_us() == pytest.approx(39 * 5.0)  # every launch interval, none clipped by the window
     assert host.latency_us < 20.0  # no launch found the device idle: not the first one's 4 ms lead
+
+
+def test_the_amp_fix_to_fp16_adds_the_scalers_unscaling_of_the_gradients_before_its_sync():
+    # bf16 training, device-bound: 20 long backward kernels, then an optimizer whose traced calls read a
+    # 400 MB gradient and read and write a 400 MB parameter. fp16's GradScaler reads and writes each gradient
+    # once before its sync: 800 MB at the model's 1000 GB/s is 800 us more on the device.
+    durations = [400.0] * 20 + [5.0] * 4
+    phases = {i: "backward" for i in range(20)} | {i: "optimizer" for i in range(20, 24)}
+    records, syncs, window = _step(durations, host_gap_us=5.0, phases=phases)
+    records = [dataclasses.replace(r, call=i) for i, r in enumerate(records)]
+    e = _explanation(records, syncs, window, 20 * 401.0 + 4 * 6.0, amp="bf16")
+    e.batch_one_step_us = 200.0
+    untraced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    grad, param = Access(1, 400_000_000, False, False), Access(2, 400_000_000, False, False)
+    e.calls = [CallAccesses(i, "aten::_foreach_add_", (grad, param, dataclasses.replace(param, write=True)))
+               for i in range(20, 24)]
+    traced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    assert traced - untraced == pytest.approx(800.0, rel=0.05)
+    # The other way, bf16 from fp16, adds no unscaling (this step's profile has no scaler kernels to drop).
+    e.settings["amp"] = "fp16"
+    back = fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, 8)
+    assert back == pytest.approx(e.median.timeline.wall_us, abs=50.0)

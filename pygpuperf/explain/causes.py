@@ -495,20 +495,9 @@ def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence
     priced by the kernel model at the efficiency the update's own kernels reach."""
     idx = [i for i, r in enumerate(records) if r.phase == "optimizer" and r.duration_us > 0
            and not (r.op or "").startswith("aten::_fused")]
-    traced = {r.call for r in (records[i] for i in idx) if r.call is not None}
-    if not idx or not traced:
+    read, written, created = _update_storages(records, idx, calls)
+    if not read and not written:
         return 0.0, {}
-    read: dict[int, int] = {}
-    written: dict[int, int] = {}
-    created: set[int] = set()
-    for call in sorted((c for c in calls if c.index in traced), key=lambda c: c.index):
-        for a in call.accesses:
-            if a.write:
-                if a.storage not in read:
-                    created.add(a.storage)
-                written[a.storage] = max(written.get(a.storage, 0), a.nbytes)
-            elif a.storage not in created:
-                read[a.storage] = max(read.get(a.storage, 0), a.nbytes)
     traffic = float(sum(read.values()) + sum(b for s, b in written.items() if s not in created))
     timed = [(i, t) for i in idx if (t := attribution.kernel_timing(records[i], pricing.model, pricing.shares,
                                                                      pricing.terms)) is not None]
@@ -520,6 +509,33 @@ def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence
     fused_us = one.total_us * max(spent / bounded, 1.0)
     saves = max(sum(exclusive[i] for i in idx) - fused_us, 0.0)
     return saves, {"fused_traffic_bytes": traffic, "fused_us": round(fused_us, 1), "update_kernels": len(idx)}
+
+
+def _update_storages(records: Sequence[KernelRecord], idx: Sequence[int], calls: Sequence[CallAccesses]
+                     ) -> tuple[dict[int, int], dict[int, int], set[int]]:
+    """The storages the traced calls of kernels `idx` read before writing them, those they write (bytes each),
+    and those they create (written before any read)."""
+    traced = {records[i].call for i in idx if records[i].call is not None}
+    read: dict[int, int] = {}
+    written: dict[int, int] = {}
+    created: set[int] = set()
+    for call in sorted((c for c in calls if c.index in traced), key=lambda c: c.index):
+        for a in call.accesses:
+            if a.write:
+                if a.storage not in read:
+                    created.add(a.storage)
+                written[a.storage] = max(written.get(a.storage, 0), a.nbytes)
+            elif a.storage not in created:
+                read[a.storage] = max(read.get(a.storage, 0), a.nbytes)
+    return read, written, created
+
+
+def gradient_bytes(records: Sequence[KernelRecord], calls: Sequence[CallAccesses]) -> float:
+    """The bytes of the gradients the optimizer's update reads: the storages its traced calls read and never
+    write (parameters and optimizer state are written; gradients are only read)."""
+    idx = [i for i, r in enumerate(records) if r.phase == "optimizer"]
+    read, written, _ = _update_storages(records, idx, calls)
+    return float(sum(b for s, b in read.items() if s not in written))
 
 
 def _fix(name: str, what: str, saves: float, wall: float, knobs: dict[str, str] | None = None) -> Fix:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from pygpuperf.analyze.kernel_time import card_terms
+from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import (attention, attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue,
                                resize, sums, words)
@@ -259,8 +259,20 @@ def _scaler_change(step: _Priced, host: queue.HostQueue, to: str, now: str, delt
     if to == "fp16" and now != "fp16":
         first = next((n for n, ev in enumerate(host.events)
                       if ev.kernel is not None and records[ev.kernel].phase == "optimizer"), None)
+        before = next((ev.kernel for ev in reversed(host.events[:first or 0]) if ev.kernel is not None), None)
+        if before is not None:  # the unscaling runs after the backward, before the sync waits on it
+            deltas[before] += _unscaling_us(step)
         return _Syncs(added_before=first)
     return _Syncs()
+
+
+def _unscaling_us(step: _Priced) -> float:
+    """GradScaler's unscaling and inf/NaN check of the gradients: one read and one write of each (its
+    scalar kernels are left out), priced by the kernel model; 0 where the optimizer's calls were not traced."""
+    grads = causes.gradient_bytes(step.records, step.explanation.calls)
+    if grads <= 0:
+        return 0.0
+    return kernel_time(KernelWork(MEMORY, "fp32", 0.0, 2 * grads), step.model, step.pricing.terms).total_us
 
 
 def _queued(priced: _Priced, deltas: Sequence[float],

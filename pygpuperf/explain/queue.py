@@ -58,15 +58,16 @@ class HostQueue:
     def period_us(self, durations: Sequence[float], scale: float | None = None,
                   without_syncs: frozenset[int] = frozenset(), sync_before: int | None = None) -> float:
         """The step's steady-state time with kernel i taking durations[i] (its exclusive time), the syncs at
-        the events `without_syncs` left out and, with `sync_before`, a sync added before that event."""
+        the events `without_syncs` left out and, with `sync_before`, a sync added before that event's host
+        work (the host waits, then does the work the event's launch comes after)."""
         s = self.scale if scale is None else scale
         host = device = 0.0
         ends: list[float] = []
         for _ in range(STEPS):
             for n, ev in enumerate(self.events):
-                host += ev.work_us * s
                 if n == sync_before:
                     host = max(host, device + self._return_us())
+                host += ev.work_us * s
                 if ev.sync:
                     if n not in without_syncs:  # wait for the device to drain, then go on
                         host = max(host, device + ev.wait_us)
