@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -297,3 +298,30 @@ def test_a_batch_norm_timing_that_runs_out_of_memory_leaves_the_fixes_to_run(mon
     trials = fixes.try_fixes(e, _model(), target, "cuda", only=["batch_size", "amp"], measure=_timed(150.0))
     assert tried and not e.norm_timings
     assert {t.name: t.status for t in trials}["batch_size"] == "measured"
+
+
+class _SleepyOptimizer(torch.optim.Optimizer):
+    """An optimizer whose step is 3 ms of host time and nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__([torch.zeros(1, requires_grad=True)], {})
+
+    def step(self, closure=None) -> None:
+        time.sleep(0.003)
+
+
+def test_the_optimizers_host_time_at_batch_one_is_timed_and_kept_in_the_document(tmp_path):
+    optimizer = _SleepyOptimizer()
+    build, measure, ran = _kinds_timed({"batch1": [3500.0], "tf32": [130.0], "given": [150.0]})
+
+    def build_stepping(batch, knobs):  # the step at batch 1 runs the optimizer's step once, the others none
+        built = build(batch, knobs)
+        if batch == 1:
+            return BuiltWorkload(lambda: (built.step(), optimizer.step()), 1, {})
+        return built
+    e = _explanation("cuda:0")
+    fixes.try_fixes(e, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
+                    measure=measure)
+    assert 3000.0 <= e.batch_one_optimizer_us < 3500.0
+    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
+    assert compare.load_explanation(tmp_path).batch_one_optimizer_us == e.batch_one_optimizer_us

@@ -157,3 +157,21 @@ def test_the_amp_fix_to_fp16_adds_the_scalers_unscaling_of_the_gradients_before_
     e.settings["amp"] = "fp16"
     back = fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, 8)
     assert back == pytest.approx(e.median.timeline.wall_us, abs=50.0)
+
+
+def test_an_optimizer_timed_at_batch_one_paces_its_own_launches_after_an_added_sync():
+    # The device-bound bf16 step of the test above, its host timed at batch 1 at 1000 us a step, 800 of
+    # them in the optimizer's step: the optimizer's 20 profiled launches at 50 us each take 40 us, not the
+    # whole step's 25. After the sync fp16 adds, those launches pace the optimizer's 5 us kernels: each
+    # of the 20 leaves the device 15 us longer idle.
+    durations = [400.0] * 20 + [5.0] * 20
+    phases = {i: "backward" for i in range(20)} | {i: "optimizer" for i in range(20, 40)}
+    records, syncs, window = _step(durations, host_gap_us=50.0, phases=phases)
+    e = _explanation(records, syncs, window, 20 * 401.0 + 20 * 6.0, amp="bf16")
+    e.batch_one_step_us = 1000.0
+    whole = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    e.batch_one_optimizer_us = 800.0
+    split = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    assert split - whole == pytest.approx(20 * 15.0, abs=20.0)
+    host = queue.build(records, window, syncs, gap_us=1.0).paced(durations, 20 * 401.0 + 20 * 6.0, 1000.0, 800.0)
+    assert host.scale * host.optimizer_ratio == pytest.approx(800.0 / (20 * 50.0))

@@ -25,7 +25,7 @@ import torch
 from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import (attention, attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue,
-                               resize, sums, words)
+                               optimizer_clock, resize, sums, words)
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -289,7 +289,8 @@ def _queued(priced: _Priced, deltas: Sequence[float],
         return None
     now = priced.exclusive
     one = priced.explanation.batch_one_step_us
-    host = host.fitted(now, step.timeline.wall_us) or (host.paced(now, step.timeline.wall_us, one) if one else None)
+    host = host.fitted(now, step.timeline.wall_us) or (
+        host.paced(now, step.timeline.wall_us, one, priced.explanation.batch_one_optimizer_us) if one else None)
     if host is None:
         return None
     changed = list(deltas)
@@ -611,7 +612,9 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     if explanation.batch_one_step_us is None and (_batch_of(explanation, target) or 0) > 1 and any(
             waiver is None and name not in HOST_WORK_FIXES for name, _, _, waiver in candidates):
         # At batch 1 the device's work is small beside the launches: about the host's own time per step.
-        explanation.batch_one_step_us = _timed_build(target, device, measure, batch=1)
+        with optimizer_clock.timing_optimizers() as clock:
+            explanation.batch_one_step_us = _timed_build(target, device, measure, batch=1, clock=clock)
+        explanation.batch_one_optimizer_us = clock.median_us() if explanation.batch_one_step_us else None
     with contextlib.ExitStack() as stack:
         given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
         given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
@@ -793,15 +796,16 @@ def _time_library_ops(explanation: Explanation, device: torch.device, scale: flo
 
 
 def _timed_build(target: Target, device: torch.device, measure: Callable[..., Throughput],
-                 batch: int | None = None) -> float | None:
+                 batch: int | None = None, clock: optimizer_clock.OptimizerClock | None = None) -> float | None:
     """The step built as given (at `batch` where given) and timed once (µs; None when it cannot be built or
-    run, and the fixes stand without it); torch's flags are left as they were."""
+    run, and the fixes stand without it), each step's optimizer time on `clock` where given; torch's flags
+    are left as they were."""
     with _flags_kept():
         try:
             name, knobs = ("batch_size", {"batch_size": str(batch)}) if batch else ("", {})
             built, step, samples = _apply(name, knobs, target, device)
             with built:
-                return measure(step, device, samples).step_us.median
+                return measure(clock.wrap(step) if clock else step, device, samples).step_us.median
         except Exception:  # noqa: BLE001 - a check beside the fixes, not a result of its own
             return None
 

@@ -182,6 +182,7 @@ class Explanation:
     attention_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.attention.AttentionTiming
     batch_one_step_us: float | None = None  # --try-fixes: the step at batch 1 without the profiler, at least the
     # host's own time per step
+    batch_one_optimizer_us: float | None = None  # --try-fixes: of that, the host's time in the optimizer's step
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
@@ -208,6 +209,8 @@ class Explanation:
             **({"matmul_timing": [t.to_dict() for t in self.matmul_timings]} if self.matmul_timings else {}),
             **({"attention_timing": [t.to_dict() for t in self.attention_timings]} if self.attention_timings else {}),
             **({"batch_one_step_us": self.batch_one_step_us} if self.batch_one_step_us is not None else {}),
+            **({"batch_one_optimizer_us": self.batch_one_optimizer_us}
+               if self.batch_one_optimizer_us is not None else {}),
         }
 
 

@@ -10,10 +10,12 @@ The profiled host is slower than the unprofiled one (the profiler records every 
 is scaled to replay the step as timed without the profiler. On a step the host paces, the scale is the
 one that replays the step's time. On a device-bound step the host's pace does not show in the step's
 time; its scale is then the step timed at batch 1 (where the device's work is small beside the host's)
-over the profiled host's work, at most what still replays the step as timed. A fix that changes what the
-kernels cost, or that adds or removes a synchronization, is the same replay with those changes;
-where the host's launches hide a device saving, or a synchronization exposes the host's work, the
-replay sees it where a sum over kernels does not.
+over the profiled host's work, at most what still replays the step as timed. Where the optimizer's step
+was timed at batch 1 too, its launches take their own scale: the profiler's cost is per recorded op, and it
+slows an optimizer's Python over its parameters less than a forward's or backward's many small ops. A fix
+that changes what the kernels cost, or that adds or removes a synchronization, is the same replay with
+those changes; where the host's launches hide a device saving, or a synchronization exposes the host's
+work, the replay sees it where a sum over kernels does not.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Event:
     kernel: int | None = None
     sync: bool = False
     wait_us: float = 0.0  # a sync: from the device's last end to the host going on, as profiled
+    optimizer: bool = False  # a launch of the optimizer's step: its work is paced by the optimizer's own scale
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class HostQueue:
     gap_us: float  # device idle between two back-to-back kernels
     lead_us: float  # the median kernel's start after its launch call, as profiled
     scale: float = 1.0  # unprofiled over profiled host work
+    optimizer_ratio: float = 1.0  # the optimizer's events' scale over the others'
 
     def period_us(self, durations: Sequence[float], scale: float | None = None,
                   without_syncs: frozenset[int] = frozenset(), sync_before: int | None = None) -> float:
@@ -67,7 +71,7 @@ class HostQueue:
             for n, ev in enumerate(self.events):
                 if n == sync_before:
                     host = max(host, device + self._return_us())
-                host += ev.work_us * s
+                host += ev.work_us * s * (self.optimizer_ratio if ev.optimizer else 1.0)
                 if ev.sync:
                     if n not in without_syncs:  # wait for the device to drain, then go on
                         host = max(host, device + ev.wait_us)
@@ -95,15 +99,22 @@ class HostQueue:
             return None
         return self._scaled_within(durations, wall_us, _MAX_SCALE)
 
-    def paced(self, durations: Sequence[float], wall_us: float, host_us: float) -> HostQueue | None:
+    def paced(self, durations: Sequence[float], wall_us: float, host_us: float,
+              optimizer_us: float | None = None) -> HostQueue | None:
         """This queue with the host's scale of a device-bound step, whose pace the profile hides: the host's
         work per step is `host_us` (the step timed at batch 1 without the profiler, where the device's work is
-        small beside the host's), at most what still replays the step within its time as timed (`wall_us`).
-        None where the device alone does not replay it."""
+        small beside the host's), `optimizer_us` of it in the optimizer's step where that was timed (its
+        events then take their own scale), at most what still replays the step within its time as timed
+        (`wall_us`). None where the device alone does not replay it."""
         work, limit = self.host_work_us(), wall_us * (1 + _FIT_TOLERANCE)
         if work <= 0 or host_us <= 0 or self.period_us(durations, 0.0) > limit:
             return None
-        return self._scaled_within(durations, limit, min(host_us / work, _MAX_SCALE))
+        paced, scale = self, host_us / work
+        in_optimizer = sum(ev.work_us for ev in self.events if ev.optimizer)
+        if optimizer_us and 0 < in_optimizer < work and optimizer_us < host_us:
+            scale = (host_us - optimizer_us) / (work - in_optimizer)
+            paced = replace(self, optimizer_ratio=optimizer_us / in_optimizer / scale)
+        return paced._scaled_within(durations, limit, min(scale, _MAX_SCALE))
 
     def _scaled_within(self, durations: Sequence[float], limit_us: float, most: float) -> HostQueue:
         """This queue at the largest host scale up to `most` whose replay takes at most `limit_us` (bisected)."""
@@ -132,7 +143,7 @@ def build(records: Sequence[KernelRecord], window_us: tuple[float, float] | None
     for t, is_launch, payload in timeline:
         work = max(t - cursor, 0.0)
         if is_launch:
-            events.append(Event(work, kernel=payload))
+            events.append(Event(work, kernel=payload, optimizer=records[payload].phase == "optimizer"))
             cursor = max(cursor, t)
         else:  # a sync from t to payload: the host goes on `wait` after the device ran what came before
             drained = max((r.end_us for r in records if r.launch_us is not None and r.launch_us < t), default=t)
