@@ -5,7 +5,7 @@ does the given build, kept open beside the fix, change what the fix measures?
 
 Three phases, each `--windows` windows of --try-fixes' own shape (explainer.measure_throughput, two
 warm-up steps and fixes.window_steps timed steps): the fixed step alone; the fixed and the given step in
-turn (given, fixed, fixed, given, ...), torch's flags set to each one's before its window; the fixed
+turn (fixes._paired: given, fixed, fixed, given, ...), torch's flags set to each one's before its window; the fixed
 step alone again after the given build has closed. Each window's median step is kept, in order.
 """
 
@@ -23,7 +23,7 @@ from pygpuperf.explain import fixes
 from pygpuperf.explain.explainer import measure_throughput
 from pygpuperf.workloads import WORKLOADS, knobs as knob_specs
 
-WARMUP = 2  # as fixes.PAIRED's
+WARMUP = fixes.PAIRED["other"][1]  # warm-up steps per window, as --try-fixes takes them
 
 
 def _knobs(pairs: list[str]) -> dict[str, str]:
@@ -70,15 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             knob_specs.restore_flag_state(fixed_flags)
             doc["fixed_alone_before"] = _summary(_windows(fixed.step, device, fixed.samples_per_step, steps,
                                                           args.windows))
-            beside: dict[str, list[float]] = {"given": [], "fixed": []}
-            for i in range(args.windows):
-                for is_given in ((True, False) if i % 2 == 0 else (False, True)):
-                    knob_specs.restore_flag_state(given_flags if is_given else fixed_flags)
-                    built = given if is_given else fixed
-                    beside["given" if is_given else "fixed"] += _windows(built.step, device,
-                                                                         built.samples_per_step, steps, 1)
-            knob_specs.restore_flag_state(fixed_flags)
-            doc["given_beside"], doc["fixed_beside"] = _summary(beside["given"]), _summary(beside["fixed"])
+            beside = fixes._paired(measure_throughput, device,
+                                   fixes._Given(given.step, given.samples_per_step, given_flags),
+                                   fixed.step, fixed.samples_per_step, steps, pairs=args.windows)
+            doc["given_beside"], doc["fixed_beside"] = _summary(beside.given), _summary(beside.fixed)
         if device.type == "cuda":
             torch.cuda.empty_cache()
         doc["fixed_alone_after"] = _summary(_windows(fixed.step, device, fixed.samples_per_step, steps,

@@ -674,10 +674,11 @@ class _Windows:
 
 
 def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Given, step: Callable[[], Any],
-            samples: int, steps: int) -> _Windows:
-    """Windows of the step as given and of the fixed step in turn (:data:`PAIRED`), `steps` timed steps
-    each, torch's flags set to each one's before its window."""
+            samples: int, steps: int, pairs: int | None = None) -> _Windows:
+    """Windows of the step as given and of the fixed step in turn (:data:`PAIRED`'s count, or `pairs`),
+    `steps` timed steps each, torch's flags set to each one's before its window."""
     count, warmup, _ = PAIRED.get(device.type, PAIRED["other"])
+    count = pairs or count
     fixed_flags = knob_specs.flag_state()
     windows = _Windows([], [])
     try:
