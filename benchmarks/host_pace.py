@@ -5,7 +5,7 @@
 For each batch: the step in a loop as a user runs it (host perf_counter over the loop, one sync at the end:
 the slower of host and device), and each step called after the device drained, timed on the host until
 the call returns (the host's own work, where the step has no sync of its own and its launches fit the
-launch queue), with the optimizer's step inside it (explain.optimizer_clock). Medians and CVs over
+launch queue), with the optimizer's step inside it (explain.host_clock). Medians and CVs over
 SAMPLES steps.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from pygpuperf.explain import optimizer_clock
+from pygpuperf.explain import host_clock
 from pygpuperf.workloads import WORKLOADS
 
 WARMUP = 5
@@ -44,17 +44,8 @@ def pace(step, device: torch.device) -> dict:
             step()
         torch.cuda.synchronize(device)
         loops.append((time.perf_counter() - start) / LOOP_STEPS * 1e6)
-    host = []
-    with optimizer_clock.timing_optimizers() as clock:
-        timed = clock.wrap(step)
-        for _ in range(SAMPLES):
-            torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            timed()
-            host.append((time.perf_counter() - start) * 1e6)
-    torch.cuda.synchronize(device)
-    return {"loop_step": _stats(loops), "host_after_drain": _stats(host),
-            "optimizer_us": clock.median_us()}
+    host, optimizer_us = host_clock.host_after_drain(step, device, SAMPLES, warmup=0)
+    return {"loop_step": _stats(loops), "host_after_drain": _stats(host), "optimizer_us": optimizer_us}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -310,18 +310,31 @@ class _SleepyOptimizer(torch.optim.Optimizer):
         time.sleep(0.003)
 
 
-def test_the_optimizers_host_time_at_batch_one_is_timed_and_kept_in_the_document(tmp_path):
+def test_the_hosts_own_pace_is_timed_at_batch_one_and_at_the_steps_batch_and_kept_in_the_document(
+        tmp_path, monkeypatch):
     optimizer = _SleepyOptimizer()
     build, measure, ran = _kinds_timed({"batch1": [3500.0], "tf32": [130.0], "given": [150.0]})
 
-    def build_stepping(batch, knobs):  # the step at batch 1 runs the optimizer's step once, the others none
+    def build_stepping(batch, knobs):  # at batch 1 the step runs the optimizer's 3 ms; as given, 2 ms more
         built = build(batch, knobs)
         if batch == 1:
             return BuiltWorkload(lambda: (built.step(), optimizer.step()), 1, {})
+        if batch in (None, 4) and not knobs:
+            return BuiltWorkload(lambda: (built.step(), time.sleep(0.002), optimizer.step()), 4, {})
         return built
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # no device here to drain
     e = _explanation("cuda:0")
     fixes.try_fixes(e, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
                     measure=measure)
     assert 3000.0 <= e.batch_one_optimizer_us < 3500.0
+    # The step as given, each call timed on the host after a drain: its 2 ms and the optimizer's 3 ms.
+    assert 5000.0 <= e.host_step_us < 6000.0 and 3000.0 <= e.host_optimizer_us < 3500.0
     (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    assert compare.load_explanation(tmp_path).batch_one_optimizer_us == e.batch_one_optimizer_us
+    back = compare.load_explanation(tmp_path)
+    assert (back.batch_one_optimizer_us, back.host_step_us) == (e.batch_one_optimizer_us, e.host_step_us)
+    # A step that syncs on its own holds the device's time in its host's: its pace is not timed that way.
+    synced = _explanation("cuda:0")
+    synced.median.syncs = [(10.0, 20.0)]
+    fixes.try_fixes(synced, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
+                    measure=measure)
+    assert synced.host_step_us is None and synced.batch_one_optimizer_us is not None

@@ -173,5 +173,10 @@ def test_an_optimizer_timed_at_batch_one_paces_its_own_launches_after_an_added_s
     e.batch_one_optimizer_us = 800.0
     split = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
     assert split - whole == pytest.approx(20 * 15.0, abs=20.0)
+    # The host timed at the step's batch, where its optimizer's step took 1000 us, paces the replay instead of
+    # the step at batch 1: each optimizer launch takes 50 us, 10 more (and the host's other work is slower).
+    e.host_step_us, e.host_optimizer_us = 3000.0, 1000.0
+    at_batch = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    assert at_batch - split >= 20 * 10.0 - 20.0
     host = queue.build(records, window, syncs, gap_us=1.0).paced(durations, 20 * 401.0 + 20 * 6.0, 1000.0, 800.0)
     assert host.scale * host.optimizer_ratio == pytest.approx(800.0 / (20 * 50.0))

@@ -89,8 +89,9 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
     explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
     if isinstance(doc.get("batch_one_step_us"), (int, float)):
         explanation.batch_one_step_us = float(doc["batch_one_step_us"])
-    if isinstance(doc.get("batch_one_optimizer_us"), (int, float)):
-        explanation.batch_one_optimizer_us = float(doc["batch_one_optimizer_us"])
+    for key in ("batch_one_optimizer_us", "host_step_us", "host_optimizer_us"):
+        if isinstance(doc.get(key), (int, float)):
+            setattr(explanation, key, float(doc[key]))
     timed = doc.get("batch_norm_timing")
     if timed:
         from pygpuperf.explain.norms import NormTiming

@@ -25,7 +25,7 @@ import torch
 from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import (attention, attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue,
-                               optimizer_clock, resize, sums, words)
+                               host_clock, resize, sums, words)
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
@@ -288,9 +288,11 @@ def _queued(priced: _Priced, deltas: Sequence[float],
     if host is None:
         return None
     now = priced.exclusive
-    one = priced.explanation.batch_one_step_us
+    e = priced.explanation
+    one = e.host_step_us or e.batch_one_step_us  # the host's pace at the step's batch, else at batch 1
+    optimizer_us = e.host_optimizer_us if e.host_step_us else e.batch_one_optimizer_us
     host = host.fitted(now, step.timeline.wall_us) or (
-        host.paced(now, step.timeline.wall_us, one, priced.explanation.batch_one_optimizer_us) if one else None)
+        host.paced(now, step.timeline.wall_us, one, optimizer_us) if one else None)
     if host is None:
         return None
     changed = list(deltas)
@@ -612,12 +614,15 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     if explanation.batch_one_step_us is None and (_batch_of(explanation, target) or 0) > 1 and any(
             waiver is None and name not in HOST_WORK_FIXES for name, _, _, waiver in candidates):
         # At batch 1 the device's work is small beside the launches: about the host's own time per step.
-        with optimizer_clock.timing_optimizers() as clock:
+        with host_clock.timing_optimizers() as clock:
             explanation.batch_one_step_us = _timed_build(target, device, measure, batch=1, clock=clock)
         explanation.batch_one_optimizer_us = clock.median_us() if explanation.batch_one_step_us else None
     with contextlib.ExitStack() as stack:
         given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
         given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
+        if given is not None and explanation.batch_one_step_us and device.type == "cuda" and \
+                not explanation.median.syncs:  # the host's own pace at the step's batch
+            explanation.host_step_us, explanation.host_optimizer_us = _host_pace(given, device)
         run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given)
         trials = [_trial(run, name, what, knobs, waiver) for name, what, knobs, waiver in candidates]
     for t in trials if given_left_flags else ():
@@ -640,6 +645,19 @@ class _Given:
     step: Callable[[], Any]
     samples: int
     flags: dict[str, bool]  # torch's global flags as its build left them
+
+
+def _host_pace(given: _Given, device: torch.device) -> tuple[float | None, float | None]:
+    """(the host's own µs per step of the step as given, of that in its optimizer's step); None where it fails."""
+    flags = knob_specs.flag_state()
+    try:
+        knob_specs.restore_flag_state(given.flags)
+        host, optimizer_us = host_clock.host_after_drain(given.step, device)
+        return statistics.median(host), optimizer_us
+    except Exception:  # noqa: BLE001 - the pace then comes from the step at batch 1
+        return None, None
+    finally:
+        knob_specs.restore_flag_state(flags)
 
 
 def _open_given(target: Target, device: torch.device, stack: contextlib.ExitStack) -> _Given | None:
@@ -797,7 +815,7 @@ def _time_library_ops(explanation: Explanation, device: torch.device, scale: flo
 
 
 def _timed_build(target: Target, device: torch.device, measure: Callable[..., Throughput],
-                 batch: int | None = None, clock: optimizer_clock.OptimizerClock | None = None) -> float | None:
+                 batch: int | None = None, clock: host_clock.OptimizerClock | None = None) -> float | None:
     """The step built as given (at `batch` where given) and timed once (µs; None when it cannot be built or
     run, and the fixes stand without it), each step's optimizer time on `clock` where given; torch's flags
     are left as they were."""

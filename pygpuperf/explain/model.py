@@ -180,9 +180,13 @@ class Explanation:
     sum_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.sums.SumTiming: likewise, each sum
     matmul_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.matmuls.MatmulTiming: each GEMM
     attention_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.attention.AttentionTiming
-    batch_one_step_us: float | None = None  # --try-fixes: the step at batch 1 without the profiler, at least the
-    # host's own time per step
+    batch_one_step_us: float | None = None  # --try-fixes: the step at batch 1 without the profiler, a floor under
+    # any fix that keeps the host's work per step
     batch_one_optimizer_us: float | None = None  # --try-fixes: of that, the host's time in the optimizer's step
+    # --try-fixes, where the step has no sync of its own: the host's own time per step at the step's batch (each
+    # step called after the device drained, without the profiler), and of that in the optimizer's step
+    host_step_us: float | None = None
+    host_optimizer_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
@@ -209,8 +213,9 @@ class Explanation:
             **({"matmul_timing": [t.to_dict() for t in self.matmul_timings]} if self.matmul_timings else {}),
             **({"attention_timing": [t.to_dict() for t in self.attention_timings]} if self.attention_timings else {}),
             **({"batch_one_step_us": self.batch_one_step_us} if self.batch_one_step_us is not None else {}),
-            **({"batch_one_optimizer_us": self.batch_one_optimizer_us}
-               if self.batch_one_optimizer_us is not None else {}),
+            **{key: value for key, value in (("batch_one_optimizer_us", self.batch_one_optimizer_us),
+                                              ("host_step_us", self.host_step_us),
+                                              ("host_optimizer_us", self.host_optimizer_us)) if value is not None},
         }
 
 

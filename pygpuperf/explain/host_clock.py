@@ -1,9 +1,11 @@
-"""The host's time inside optimizer steps, per step, without the profiler.
+"""The host's own time per step, and inside its optimizer steps, without the profiler.
 
 A profiled host's launch times are slower than its own by more in some stretches than in others: the
 profiler's cost is per recorded op, so a forward or backward of many small ops is slowed more than an
 optimizer's step, whose time goes to Python over its parameters. torch's global optimizer step hooks time
-that step wherever the user's code calls it (a GradScaler's step included).
+that step wherever the user's code calls it (a GradScaler's step included). A step called after the device
+has drained returns when its last launch is queued: its host time is the host's own work, where the step
+has no sync of its own and its launches fit the launch queue.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 
@@ -58,3 +61,22 @@ def timing_optimizers() -> Iterator[OptimizerClock]:
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def host_after_drain(step: Callable[[], Any], device: torch.device, samples: int = 15,
+                     warmup: int = 3) -> tuple[list[float], float | None]:
+    """(µs of the host's call of `step` after the device drained, for each of `samples` steps after `warmup`;
+    the median step's µs of that in optimizer steps, None where it ran none)."""
+    torch.cuda.synchronize(device)
+    for _ in range(warmup):
+        step()
+    host: list[float] = []
+    with timing_optimizers() as clock:
+        timed = clock.wrap(step)
+        for _ in range(samples):
+            torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            timed()
+            host.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize(device)
+    return host, clock.median_us()
