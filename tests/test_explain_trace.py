@@ -317,3 +317,18 @@ def test_module_ranges_close_when_forward_raises():
     # The step range started after the failed forward: no module range encloses it.
     step = next(e for e in prof.events() if e.name == STEP_RANGE)
     assert all(e.time_range.end <= step.time_range.start for e in events)
+
+
+def test_a_sync_after_the_last_steps_range_is_not_the_steps_own():
+    # The profiling loop drains the device after the last step (capture_step): the call waits on that step's
+    # kernel, but the step's code did not make it. The sync inside the step's range is its own.
+    events = [
+        _x("user_annotation", STEP_RANGE, 0, 50),
+        _x("cpu_op", "aten::mm", 5, 15),
+        _x("cuda_runtime", "cudaLaunchKernel", 10, 12, correlation=1),
+        _x("kernel", "ampere_sgemm_128x64_nn", 20, 120, pid=0, tid=7, stream=7, correlation=1, device=0),
+        _x("cuda_runtime", "cudaStreamSynchronize", 30, 40),
+        _x("cuda_runtime", "cudaDeviceSynchronize", 60, 121),
+    ]
+    (step,) = steps_from_chrome_trace({"traceEvents": events})
+    assert step.syncs == [(30, 40)]

@@ -389,10 +389,9 @@ def steps_from_chrome_trace(
     for ev in host:
         if ev.cat in _LAUNCH_CATEGORIES and _SYNC_CALLS.match(ev.name):
             for trace_step in out:
-                # Kept when it overlaps the host range or the device window of the step.
-                lo = min(trace_step.start_us, trace_step.host_start_us)
-                hi = max(trace_step.end_us, trace_step.host_end_us)
-                if ev.ts < hi and ev.end > lo:
+                # Kept when the step's own code called it: the profiling loop's drain after the last step
+                # waits on that step's kernels too, but holds no host of the step.
+                if trace_step.host_start_us <= ev.ts < trace_step.host_end_us:
                     trace_step.syncs.append((ev.ts, ev.end))
     return out
 
