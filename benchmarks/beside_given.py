@@ -5,8 +5,8 @@ does the given build, kept open beside the fix, change what the fix measures?
 
 Three phases, each `--windows` windows of --try-fixes' own shape (explainer.measure_throughput, two
 warm-up steps and fixes.window_steps timed steps): the fixed step alone; the fixed and the given step in
-turn (fixes._paired: given, fixed, fixed, given, ...), torch's flags set to each one's before its window; the fixed
-step alone again after the given build has closed. Each window's median step is kept, in order.
+turn (fixes._paired: given, fixed, fixed, given, ...), torch's flags set to each one's before its window;
+the fixed step alone again after the given build has closed. Each window's median step is kept, in order.
 """
 
 from __future__ import annotations

@@ -620,7 +620,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     with contextlib.ExitStack() as stack:
         given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
         given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
-        if given is not None and explanation.batch_one_step_us and device.type == "cuda" and \
+        if given is not None and explanation.batch_one_step_us and device.type != "cpu" and \
                 not explanation.median.syncs:  # the host's own pace at the step's batch
             explanation.host_step_us, explanation.host_optimizer_us = _host_pace(given, device)
         run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given)

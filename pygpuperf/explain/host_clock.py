@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from pygpuperf.core import timing
+
 
 class OptimizerClock:
     """Seconds spent in optimizer steps during each call of the step functions it wraps."""
@@ -67,16 +69,16 @@ def host_after_drain(step: Callable[[], Any], device: torch.device, samples: int
                      warmup: int = 3) -> tuple[list[float], float | None]:
     """(µs of the host's call of `step` after the device drained, for each of `samples` steps after `warmup`;
     the median step's µs of that in optimizer steps, None where it ran none)."""
-    torch.cuda.synchronize(device)
+    timing.synchronize(device)
     for _ in range(warmup):
         step()
     host: list[float] = []
     with timing_optimizers() as clock:
         timed = clock.wrap(step)
         for _ in range(samples):
-            torch.cuda.synchronize(device)
+            timing.synchronize(device)
             start = time.perf_counter()
             timed()
             host.append((time.perf_counter() - start) * 1e6)
-    torch.cuda.synchronize(device)
+    timing.synchronize(device)
     return host, clock.median_us()

@@ -104,8 +104,8 @@ class HostQueue:
     def paced(self, durations: Sequence[float], wall_us: float, host_us: float,
               optimizer_us: float | None = None) -> HostQueue | None:
         """This queue with the host's scale of a device-bound step, whose pace the profile hides: the host's
-        work per step is `host_us` (the step timed at batch 1 without the profiler, where the device's work is
-        small beside the host's), `optimizer_us` of it in the optimizer's step where that was timed (its
+        work per step is `host_us` (timed without the profiler: at the step's batch, each step after a drain,
+        or the step at batch 1, where the device's work is small beside the host's), `optimizer_us` of it in the optimizer's step where that was timed (its
         events then take their own scale), at most what still replays the step within its time as timed
         (`wall_us`). None where the device alone does not replay it."""
         work, limit = self.host_work_us(), wall_us * (1 + _FIT_TOLERANCE)
