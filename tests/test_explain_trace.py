@@ -50,18 +50,18 @@ def _x(cat, name, ts, end, pid=1, tid=1, **args):
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": end - ts, "args": args}
 
 
+def _mm_step(start, end, launch, kernel_start, kernel_end, correlation):
+    """A step range whose one aten::mm launches one kernel."""
+    return [_x("user_annotation", STEP_RANGE, start, end),
+            _x("cpu_op", "aten::mm", launch - 5, launch + 5),
+            _x("cuda_runtime", "cudaLaunchKernel", launch, launch + 2, correlation=correlation),
+            _x("kernel", "ampere_sgemm_128x64_nn", kernel_start, kernel_end, pid=0, tid=7, stream=7,
+               correlation=correlation, device=0)]
+
+
 def test_window_ends_at_the_last_kernel_when_the_host_ran_ahead():
     # The host queues step 1 while step 0's kernel still runs (a GPU-bound loop).
-    events = [
-        _x("user_annotation", STEP_RANGE, 0, 50),
-        _x("cpu_op", "aten::mm", 5, 15),
-        _x("cuda_runtime", "cudaLaunchKernel", 10, 12, correlation=1),
-        _x("kernel", "ampere_sgemm_128x64_nn", 20, 120, pid=0, tid=7, stream=7, correlation=1, device=0),
-        _x("user_annotation", STEP_RANGE, 60, 100),
-        _x("cpu_op", "aten::mm", 65, 75),
-        _x("cuda_runtime", "cudaLaunchKernel", 70, 72, correlation=2),
-        _x("kernel", "ampere_sgemm_128x64_nn", 120, 150, pid=0, tid=7, stream=7, correlation=2, device=0),
-    ]
+    events = _mm_step(0, 50, 10, 20, 120, correlation=1) + _mm_step(60, 100, 70, 120, 150, correlation=2)
     steps = steps_from_chrome_trace({"traceEvents": events})
     assert [(s.start_us, s.end_us) for s in steps] == [(0, 120), (120, 150)]
     assert [[k.launch_us for k in s.kernels] for s in steps] == [[10], [70]]
@@ -322,11 +322,7 @@ def test_module_ranges_close_when_forward_raises():
 def test_a_sync_after_the_last_steps_range_is_not_the_steps_own():
     # The profiling loop drains the device after the last step (capture_step): the call waits on that step's
     # kernel, but the step's code did not make it. The sync inside the step's range is its own.
-    events = [
-        _x("user_annotation", STEP_RANGE, 0, 50),
-        _x("cpu_op", "aten::mm", 5, 15),
-        _x("cuda_runtime", "cudaLaunchKernel", 10, 12, correlation=1),
-        _x("kernel", "ampere_sgemm_128x64_nn", 20, 120, pid=0, tid=7, stream=7, correlation=1, device=0),
+    events = _mm_step(0, 50, 10, 20, 120, correlation=1) + [
         _x("cuda_runtime", "cudaStreamSynchronize", 30, 40),
         _x("cuda_runtime", "cudaDeviceSynchronize", 60, 121),
     ]
