@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
+from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
 from pygpuperf.explain import fixes, queue
-from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline,
                                      Waterfall)
 
@@ -160,10 +160,10 @@ def test_the_amp_fix_to_fp16_adds_the_scalers_unscaling_of_the_gradients_before_
 
 
 def test_an_optimizer_timed_at_batch_one_paces_its_own_launches_after_an_added_sync():
-    # The device-bound bf16 step of the test above, its host timed at batch 1 at 1000 us a step, 800 of
-    # them in the optimizer's step: the optimizer's 20 profiled launches at 50 us each take 40 us, not the
-    # whole step's 25. After the sync fp16 adds, those launches pace the optimizer's 5 us kernels: each
-    # of the 20 leaves the device 15 us longer idle.
+    # The device-bound bf16 step of the test of a sync added to a device-bound step (above), its host timed
+    # at batch 1 at 1000 us a step, 800 of them in the optimizer's step: the optimizer's 20 profiled launches
+    # at 50 us each take 40 us, not the whole step's 25. After the sync fp16 adds, those launches pace the
+    # optimizer's 5 us kernels: each of the 20 leaves the device 15 us longer idle.
     durations = [400.0] * 20 + [5.0] * 20
     phases = {i: "backward" for i in range(20)} | {i: "optimizer" for i in range(20, 40)}
     records, syncs, window = _step(durations, host_gap_us=50.0, phases=phases)
