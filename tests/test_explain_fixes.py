@@ -188,6 +188,9 @@ def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_host
     assert trials[0].given_windows_us == [150.0] * 4 and trials[0].fixed_windows_us == [130.0] * 4
     assert "batch 1" in trials[0].notes[0]
     assert any("batch 1" in line for line in fixes.fix_lines(trials))  # the text output shows each note
+    # and, given the explanation, the host's own pace the predictions replayed (here the step at batch 1 only)
+    e.host_step_us = e.host_optimizer_us = None
+    assert fixes.fix_lines(trials, e)[-1] == "  the host's own time per step, without the profiler: 0.12 ms at batch 1"
     e.fixes = trials
     (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
     back = compare.load_explanation(tmp_path)  # and the schema takes both

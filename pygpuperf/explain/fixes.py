@@ -848,7 +848,8 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return text[:limit] + ("…" if len(text) > limit else "")
 
 
-def fix_lines(trials: Sequence[FixTrial]) -> list[str]:
+def fix_lines(trials: Sequence[FixTrial], explanation: Explanation | None = None) -> list[str]:
+    """The fixes tried as text; with `explanation`, the host's own pace the predictions replayed it at."""
     if not trials:
         return []
     lines = ["fixes tried (step time without the profiler):"]
@@ -858,7 +859,22 @@ def fix_lines(trials: Sequence[FixTrial]) -> list[str]:
     if before and after:
         lines.append(f"  the step as given, again after the fixes: {before / 1e3:.2f} → {after / 1e3:.2f} ms "
                      f"({100 * (after / before - 1):+.1f}%: a smaller change by a fix is within the drift)")
-    return lines
+    pace = host_pace_line(explanation) if explanation is not None else None
+    return lines + ([f"  {pace}"] if pace else [])
+
+
+def host_pace_line(explanation: Explanation) -> str | None:
+    """The host's own time per step as --try-fixes timed it (None where it timed none)."""
+    def part(step_us: float | None, optimizer_us: float | None, where: str) -> str | None:
+        if not step_us:
+            return None
+        inside = f", {optimizer_us / 1e3:.2f} of it in the optimizer's step" if optimizer_us else ""
+        return f"{step_us / 1e3:.2f} ms {where}{inside}"
+    parts = [p for p in (part(explanation.host_step_us, explanation.host_optimizer_us,
+                              "at the step's batch, each step after a drain"),
+                         part(explanation.batch_one_step_us, explanation.batch_one_optimizer_us, "at batch 1"))
+             if p]
+    return "the host's own time per step, without the profiler: " + "; ".join(parts) if parts else None
 
 
 def trial_from_dict(d: Mapping[str, Any]) -> FixTrial:

@@ -42,7 +42,7 @@ def write_explained(explanation: Explanation, settings: dict[str, str], model: M
     machine = getattr(model, "machine_model", model)
     explanation.settings = dict(settings)
     explanation.findings = findings.explain_findings(explanation, settings, machine)
-    echo("\n".join(explainer.summary_lines(explanation) + fixes.fix_lines(explanation.fixes)
+    echo("\n".join(explainer.summary_lines(explanation) + fixes.fix_lines(explanation.fixes, explanation)
                    + (findings.finding_lines(explanation.findings) if echo_findings else [])))
     paths = write_outputs(explanation, out)
     written, charts = write_explain_report(explanation, out, model)
