@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.explain import attribution, words
 from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, category_times,
                                            matched_deltas)
-from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Throughput
+from pygpuperf.explain.model import HOST_TIMES, CallAccesses, ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, OTHER,
                                      Idle, KernelRecord, Timeline, Waterfall)
 from pygpuperf.core.results import Finding
@@ -87,9 +87,7 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
     from pygpuperf.explain.fixes import trial_from_dict
 
     explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
-    if isinstance(doc.get("batch_one_step_us"), (int, float)):
-        explanation.batch_one_step_us = float(doc["batch_one_step_us"])
-    for key in ("batch_one_optimizer_us", "host_step_us", "host_optimizer_us"):
+    for key in HOST_TIMES:
         if isinstance(doc.get(key), (int, float)):
             setattr(explanation, key, float(doc[key]))
     timed = doc.get("batch_norm_timing")

@@ -234,6 +234,6 @@ def time_conv(shape: ConvShape, training: bool, device: torch.device | str, samp
                                      layout=layout)
     if training:  # the library's own pace: the faster of the backward run in turn with the forward, and alone
         us = dtype_timing.fastest_phases(us, dtype_timing.time_in_dtypes(
-            functools.partial(run_in, apart=True), reference, TOLERANCE, device, samples, dtypes, scale, split=True, layout=layout,
-            backward_apart=True))
+            functools.partial(run_in, apart=True), reference, TOLERANCE, device, samples, dtypes, scale,
+            split=True, layout=layout, backward_apart=True))
     return ConvTiming(shape, training, us)

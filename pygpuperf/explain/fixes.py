@@ -649,15 +649,13 @@ class _Given:
 
 def _host_pace(given: _Given, device: torch.device) -> tuple[float | None, float | None]:
     """(the host's own µs per step of the step as given, of that in its optimizer's step); None where it fails."""
-    flags = knob_specs.flag_state()
-    try:
-        knob_specs.restore_flag_state(given.flags)
-        host, optimizer_us = host_clock.host_after_drain(given.step, device)
-        return statistics.median(host), optimizer_us
-    except Exception:  # noqa: BLE001 - the pace then comes from the step at batch 1
-        return None, None
-    finally:
-        knob_specs.restore_flag_state(flags)
+    with _flags_kept():
+        try:
+            knob_specs.restore_flag_state(given.flags)
+            host, optimizer_us = host_clock.host_after_drain(given.step, device)
+            return statistics.median(host), optimizer_us
+        except Exception:  # noqa: BLE001 - the pace then comes from the step at batch 1
+            return None, None
 
 
 def _open_given(target: Target, device: torch.device, stack: contextlib.ExitStack) -> _Given | None:
@@ -859,22 +857,8 @@ def fix_lines(trials: Sequence[FixTrial], explanation: Explanation | None = None
     if before and after:
         lines.append(f"  the step as given, again after the fixes: {before / 1e3:.2f} → {after / 1e3:.2f} ms "
                      f"({100 * (after / before - 1):+.1f}%: a smaller change by a fix is within the drift)")
-    pace = host_pace_line(explanation) if explanation is not None else None
+    pace = host_clock.host_pace_line(explanation) if explanation is not None else None
     return lines + ([f"  {pace}"] if pace else [])
-
-
-def host_pace_line(explanation: Explanation) -> str | None:
-    """The host's own time per step as --try-fixes timed it (None where it timed none)."""
-    def part(step_us: float | None, optimizer_us: float | None, where: str) -> str | None:
-        if not step_us:
-            return None
-        inside = f", {optimizer_us / 1e3:.2f} of it in the optimizer's step" if optimizer_us else ""
-        return f"{step_us / 1e3:.2f} ms {where}{inside}"
-    parts = [p for p in (part(explanation.host_step_us, explanation.host_optimizer_us,
-                              "at the step's batch, each step after a drain"),
-                         part(explanation.batch_one_step_us, explanation.batch_one_optimizer_us, "at batch 1"))
-             if p]
-    return "the host's own time per step, without the profiler: " + "; ".join(parts) if parts else None
 
 
 def trial_from_dict(d: Mapping[str, Any]) -> FixTrial:

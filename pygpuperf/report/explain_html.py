@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
-from pygpuperf.explain import attribution, fixes, words
+from pygpuperf.explain import attribution, host_clock, words
 from pygpuperf.explain.model import Explanation
 from pygpuperf.report import templating
 from pygpuperf.report.explain_charts import (IDEAL, MEASURED, draw_explain_charts, explain_roofline_svg, kernel_groups,
@@ -118,7 +118,7 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
         "unknown_ops": sorted(explanation.unknown_ops.items(), key=lambda kv: -kv[1]),
         "causes": _cause_rows(explanation, kind),
         "fixes": [f.to_dict() for f in explanation.fixes],
-        "host_pace": fixes.host_pace_line(explanation) if explanation.fixes else None,
+        "host_pace": host_clock.host_pace_line(explanation),
         "counting": COUNTING.format(unit=words.unit(kind)),
     }
 
