@@ -69,6 +69,9 @@ def rows(path: Path, model=None) -> list[dict]:
             base, moved = interpolated, interpolated / base
         predicted = again.get(fix["name"], fix.get("predicted_step_us")) if model is not None else fix.get("predicted_step_us")
         predicted = predicted * moved if predicted is not None else None  # the prediction moves with the card
+        for side in ("given", "fixed"):  # the clock each side's windows ran at, where the device reported it
+            if fix.get(f"{side}_windows_mhz"):
+                row[f"{side}_mhz"] = statistics.median(fix[f"{side}_windows_mhz"])
         if fix["status"] == "measured" and base and measured:
             scale = (fix.get("baseline_samples_per_step") or 1) / (fix.get("samples_per_step") or 1)
             measured, predicted = measured * scale, (predicted * scale if predicted is not None else None)
@@ -114,6 +117,9 @@ def main() -> int:
                        f"{r['predicted_ms']:9.2f} predicted, {'right' if r['right'] else 'wrong'}"
                        + (f" ({100 * r['error_share_of_change']:.0f}% of the change)" if r["measurable"] else
                           " (no measurable change)"))
+            clocks = r.get("given_mhz"), r.get("fixed_mhz")
+            if all(clocks) and abs(clocks[1] / clocks[0] - 1.0) >= fixes.CLOCK_MOVE:
+                verdict += f", clock {clocks[0]:,.0f} -> {clocks[1]:,.0f} MHz"
             print(f"{r['workload']:40s} {r['fix']:18s} {r['baseline_ms']:8.2f} -> {r['measured_ms']:8.2f} ms measured, "
                   + verdict)
         else:

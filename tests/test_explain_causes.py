@@ -6,7 +6,8 @@ import pytest
 from pygpuperf.analyze.kernel_time import Access, CardTerms
 from pygpuperf.core.results import Ceiling, MachineModel
 from pygpuperf.explain import attribution, causes, costs, explainer, findings
-from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Timeline,
+                                     Waterfall)
 
 
 def gpu_model() -> MachineModel:
@@ -253,7 +254,7 @@ def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
     assert layout.title.split(" (")[0][:40] in page.replace("&#39;", "'")
     assert '<td>torch.compile</td><td>measured</td><td class="num">0.14</td><td class="num">0.10</td>' in page
     assert "the host&#39;s own time per step" not in page  # nothing timed the host's pace here
-    e.host_step_us, e.host_optimizer_us, e.batch_one_step_us = 19430.0, 2310.0, 17160.0
+    e.host_at_batch, e.host_at_batch_one = HostTime(19430.0, 2310.0), HostTime(17160.0)
     page = explain_html(e, gpu_model())
     assert ("the host&#39;s own time per step, without the profiler: 19.43 ms at the step&#39;s batch, each step "
             "after a drain, 2.31 of it in the optimizer&#39;s step; 17.16 ms at batch 1.") in page

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
-from pygpuperf.explain import compare, fixes
-from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
+from pygpuperf.explain import compare, explainer, fixes
+from pygpuperf.explain.model import (ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Throughput, Timeline,
+                                     Waterfall)
 from pygpuperf.workloads import BuiltWorkload
 from pygpuperf.workloads.knobs import flag_state
 
@@ -148,7 +149,7 @@ def test_no_fix_that_keeps_the_hosts_work_is_predicted_below_the_step_at_batch_o
     m = _model()
     e = _explanation("cuda:0")  # a 100 us fp32 GEMM that TF32 shortens, and 50 us of idle
     alone = fixes.predicted_step(e, m, "tf32", {"tf32": "on"}, 4, by_cause={})
-    e.batch_one_step_us = 120.0
+    e.host_at_batch_one = HostTime(120.0)
     assert alone < 120.0 and fixes.predicted_step(e, m, "tf32", {"tf32": "on"}, 4, by_cause={}) == 120.0
     # A graph replays the launches: the host's work per step is what it removes (all 50 us of idle, where
     # the card's graph period is not measured), below the step at batch 1.
@@ -181,7 +182,7 @@ def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_host
     # On a CUDA device (no kernel runs here: the builds and the timings are stand-ins).
     trials = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
                              measure=measure)
-    assert ran[0] == "batch1" and e.batch_one_step_us == 120.0
+    assert ran[0] == "batch1" and e.host_at_batch_one.step_us == 120.0
     assert trials[0].measured_step_us == 130.0 and trials[0].predicted_step_us == 120.0
     # The fix is timed in windows alternating with the step as given: given, fixed, fixed, given, ...
     assert ran[1:5] == ["given", "tf32", "tf32", "given"] and trials[0].paired_savings_us == [20.0] * 4
@@ -189,12 +190,12 @@ def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_host
     assert "batch 1" in trials[0].notes[0]
     assert any("batch 1" in line for line in fixes.fix_lines(trials))  # the text output shows each note
     # and, given the explanation, the host's own pace the predictions replayed (here the step at batch 1 only)
-    e.host_step_us = e.host_optimizer_us = None
+    e.host_at_batch = None
     assert fixes.fix_lines(trials, e)[-1] == "  the host's own time per step, without the profiler: 0.12 ms at batch 1"
     e.fixes = trials
     (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
     back = compare.load_explanation(tmp_path)  # and the schema takes both
-    assert back.batch_one_step_us == 120.0 and back.fixes[0].paired_savings_us == [20.0] * 4
+    assert back.host_at_batch_one == e.host_at_batch_one and back.fixes[0].paired_savings_us == [20.0] * 4
     assert back.fixes[0].fixed_windows_us == [130.0] * 4
     ran.clear()  # a graph alone changes the host's work: nothing to time at batch 1
     fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
@@ -220,6 +221,38 @@ def test_a_fix_on_a_step_whose_host_slows_down_is_measured_against_the_step_time
     # window pair says 20 us saved, though the host slowed by 30 us over the run.
     assert trial.baseline_step_us - trial.measured_step_us == pytest.approx(20.0)
     assert user_flags[1:9] == [False, True, True, False, False, True, True, False] and flag_state() == before
+
+
+def test_each_window_keeps_the_clock_and_power_it_ran_at_and_the_fix_says_both_sides(tmp_path):
+    """A card at its power limit runs a fix that draws more power at a lower clock: the windows keep each
+    side's clock and power, and a device that reports neither leaves them empty and says nothing."""
+    def measure(step, device, samples, **_):
+        fixed = step() == "fixed"
+        return Throughput(Stats.of([90.0 if fixed else 100.0] * 3), samples, sm_clock_mhz=1740.0 if fixed else 1785.0,
+                          power_w=700.0 if fixed else 688.0, clock_reasons=["software_power_cap"])
+
+    def build(batch, knobs):
+        return BuiltWorkload(lambda: "fixed" if "tf32" in knobs else "given", batch or 4, {})
+
+    e = _explanation("cuda:0")
+    trial = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
+                            measure=measure)[0]
+    assert trial.given_windows_mhz == [1785.0] * 4 and trial.fixed_windows_mhz == [1740.0] * 4
+    assert trial.fixed_windows_w == [700.0] * 4
+    assert "1,785 MHz at 688 W in the given step's windows, 1,740 MHz at 700 W in the fixed step's" in trial.notes[-1]
+    assert "ran 2.5 % below the given step's clock" in trial.notes[-1]
+    one_step = fixes._Windows([100.0], [90.0], [1965.0], [1950.0], [690.0], [700.0]).clock_note()
+    assert one_step is not None and "below" not in one_step  # one 15 MHz step is within the clock's own jitter
+    e.fixes = [trial]
+    e.throughput = Throughput(Stats.of([100.0] * 3), 4, sm_clock_mhz=1785.0, power_w=688.0,
+                              clock_reasons=["software_power_cap"])
+    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
+    back = compare.load_explanation(tmp_path)  # the schema takes them
+    assert back.fixes[0].fixed_windows_mhz == [1740.0] * 4 and back.throughput.clock_reasons == ["software_power_cap"]
+    assert any("1,785 MHz" in line and "software power cap" in line for line in explainer.summary_lines(back))
+    silent = fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
+                             only=["tf32"], measure=_timed(100.0))[0]
+    assert silent.given_windows_mhz == [] and not any("MHz" in note for note in silent.notes)
 
 
 def test_a_short_steps_windows_last_a_quarter_second_on_an_accelerator_and_a_long_steps_eight_steps():
@@ -329,15 +362,15 @@ def test_the_hosts_own_pace_is_timed_at_batch_one_and_at_the_steps_batch_and_kep
     e = _explanation("cuda:0")
     fixes.try_fixes(e, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
                     measure=measure)
-    assert 3000.0 <= e.batch_one_optimizer_us < 3500.0
+    assert 3000.0 <= e.host_at_batch_one.optimizer_us < 3500.0
     # The step as given, each call timed on the host after a drain: its 2 ms and the optimizer's 3 ms.
-    assert 5000.0 <= e.host_step_us < 6000.0 and 3000.0 <= e.host_optimizer_us < 3500.0
+    assert 5000.0 <= e.host_at_batch.step_us < 6000.0 and 3000.0 <= e.host_at_batch.optimizer_us < 3500.0
     (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
     back = compare.load_explanation(tmp_path)
-    assert (back.batch_one_optimizer_us, back.host_step_us) == (e.batch_one_optimizer_us, e.host_step_us)
+    assert (back.host_at_batch_one, back.host_at_batch) == (e.host_at_batch_one, e.host_at_batch)
     # A step that syncs on its own holds the device's time in its host's: its pace is not timed that way.
     synced = _explanation("cuda:0")
     synced.median.syncs = [(10.0, 20.0)]
     fixes.try_fixes(synced, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
                     measure=measure)
-    assert synced.host_step_us is None and synced.batch_one_optimizer_us is not None
+    assert synced.host_at_batch is None and synced.host_at_batch_one.optimizer_us is not None

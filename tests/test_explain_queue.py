@@ -7,8 +7,8 @@ import pytest
 from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
 from pygpuperf.explain import fixes, queue
-from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline,
-                                     Waterfall)
+from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Throughput,
+                                     Timeline, Waterfall)
 
 
 def _step(durations, host_gap_us, sync_after=None, ops=None, phases=None, latency_us=10.0):
@@ -112,7 +112,7 @@ def test_a_sync_added_to_a_device_bound_step_exposes_the_host_at_its_pace_at_bat
     device_us = 20 * 401.0 + 20 * 6.0
     e = _explanation(records, syncs, window, device_us, amp="bf16")
     unpaced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
-    e.batch_one_step_us = 1000.0
+    e.host_at_batch_one = HostTime(1000.0)
     paced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
     # Without the host's pace the sync is not seen; with it, the optimizer's 20 launches at 25 us leave the
     # device idle for about 20 x (25 - 6) us, plus the host's 25 us before the first launch (after the sync,
@@ -146,7 +146,7 @@ def test_the_amp_fix_to_fp16_adds_the_scalers_unscaling_of_the_gradients_before_
     records, syncs, window = _step(durations, host_gap_us=5.0, phases=phases)
     records = [dataclasses.replace(r, call=i) for i, r in enumerate(records)]
     e = _explanation(records, syncs, window, 20 * 401.0 + 4 * 6.0, amp="bf16")
-    e.batch_one_step_us = 200.0
+    e.host_at_batch_one = HostTime(200.0)
     untraced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
     grad, param = Access(1, 400_000_000, False, False), Access(2, 400_000_000, False, False)
     e.calls = [CallAccesses(i, "aten::_foreach_add_", (grad, param, dataclasses.replace(param, write=True)))
@@ -168,14 +168,14 @@ def test_an_optimizer_timed_at_batch_one_paces_its_own_launches_after_an_added_s
     phases = {i: "backward" for i in range(20)} | {i: "optimizer" for i in range(20, 40)}
     records, syncs, window = _step(durations, host_gap_us=50.0, phases=phases)
     e = _explanation(records, syncs, window, 20 * 401.0 + 20 * 6.0, amp="bf16")
-    e.batch_one_step_us = 1000.0
+    e.host_at_batch_one = HostTime(1000.0)
     whole = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
-    e.batch_one_optimizer_us = 800.0
+    e.host_at_batch_one = HostTime(1000.0, 800.0)
     split = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
     assert split - whole == pytest.approx(20 * 15.0, abs=20.0)
     # The host timed at the step's batch, where its optimizer's step took 1000 us, paces the replay instead of
     # the step at batch 1: each optimizer launch takes 50 us, 10 more (and the host's other work is slower).
-    e.host_step_us, e.host_optimizer_us = 3000.0, 1000.0
+    e.host_at_batch = HostTime(3000.0, 1000.0)
     at_batch = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
     assert at_batch - split >= 20 * 10.0 - 20.0
     host = queue.build(records, window, syncs, gap_us=1.0).paced(durations, 20 * 401.0 + 20 * 6.0, 1000.0, 800.0)

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.explain import attribution, words
 from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, category_times,
                                            matched_deltas)
-from pygpuperf.explain.model import HOST_TIMES, CallAccesses, ExplainedStep, Explanation, Throughput
+from pygpuperf.explain.model import HOST_TIME_KEYS, CallAccesses, ExplainedStep, Explanation, HostTime, Throughput
 from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, OTHER,
                                      Idle, KernelRecord, Timeline, Waterfall)
 from pygpuperf.core.results import Finding
@@ -87,9 +87,8 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
     from pygpuperf.explain.fixes import trial_from_dict
 
     explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
-    for key in HOST_TIMES:
-        if isinstance(doc.get(key), (int, float)):
-            setattr(explanation, key, float(doc[key]))
+    for name, keys in HOST_TIME_KEYS.items():
+        setattr(explanation, name, HostTime.from_doc(doc, *keys))
     timed = doc.get("batch_norm_timing")
     if timed:
         from pygpuperf.explain.norms import NormTiming

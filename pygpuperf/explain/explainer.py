@@ -35,9 +35,13 @@ def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, s
     count = default_count if steps is None else steps
     with nvml.sampling(device) as sampler:  # the device's energy over the timed steps, where it reports one
         timed = time_steps_with_memory(step_fn, device, count)
-    energy = sampler.telemetry.energy_j if sampler.active else None
+    telemetry = sampler.telemetry if sampler.active else None
+    energy = telemetry.energy_j if telemetry is not None else None
+    reasons = [r for r in telemetry.throttle_reasons if r not in nvml.BENIGN_CLOCK_REASONS] if telemetry else []
     return Throughput(Stats.of([x * 1e6 for x in timed.seconds]), samples_per_step, timed.peak_memory_bytes,
-                      timed.resident_memory_bytes, energy / count if energy is not None and count else None)
+                      timed.resident_memory_bytes, energy / count if energy is not None and count else None,
+                      telemetry.median_sm_clock_mhz() if telemetry else None,
+                      telemetry.mean_power_w() if telemetry else None, reasons)
 
 
 def _cost_records(step: trace.StepTrace, fixed_us: float = 0.0) -> dict[str, float]:
@@ -210,6 +214,10 @@ def summary_lines(explanation: Explanation) -> list[str]:
         lines.append(f"energy {t.joules_per_sample:.3g} J per sample ({t.energy_j_per_step / (t.step_us.median * 1e-6):,.0f} W "
                      "average device power)" if t.joules_per_sample is not None
                      else "energy: not available (the device reports no energy counter or power)")
+        if t.sm_clock_mhz is not None:
+            held = f", held below its top by {', '.join(r.replace('_', ' ') for r in t.clock_reasons)}" \
+                if t.clock_reasons else ""
+            lines.append(f"clock {t.sm_clock_mhz:,.0f} MHz (median over the timed steps{held})")
     if line.profiler_overhead_us > 0:
         lines.append(f"profiled step {(line.wall_us + line.profiler_overhead_us) / 1e3:.2f} ms: "
                      f"{line.profiler_overhead_us / 1e3:.2f} ms of profiler overhead taken off idle time")

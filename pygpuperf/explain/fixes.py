@@ -27,7 +27,7 @@ from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import (attention, attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue,
                                host_clock, resize, sums, words)
 from pygpuperf.explain.classify import MATMUL_OPS
-from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, KernelRecord, Throughput
+from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, HostTime, KernelRecord, Throughput
 from pygpuperf.workloads import knobs as knob_specs
 
 # What --try-fixes tries, in this order.
@@ -74,6 +74,11 @@ class FixTrial:
     # its own batch.
     given_windows_us: list[float] = field(default_factory=list)
     fixed_windows_us: list[float] = field(default_factory=list)
+    # Each window's median clock (MHz) and average power (W) where the device reports them, in the same order.
+    given_windows_mhz: list[float] = field(default_factory=list)
+    fixed_windows_mhz: list[float] = field(default_factory=list)
+    given_windows_w: list[float] = field(default_factory=list)
+    fixed_windows_w: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def _per_sample(self, us: float | None, samples: int | None) -> float | None:
@@ -289,10 +294,9 @@ def _queued(priced: _Priced, deltas: Sequence[float],
         return None
     now = priced.exclusive
     e = priced.explanation
-    one = e.host_step_us or e.batch_one_step_us  # the host's pace at the step's batch, else at batch 1
-    optimizer_us = e.host_optimizer_us if e.host_step_us else e.batch_one_optimizer_us
+    pace = e.host_at_batch or e.host_at_batch_one  # the host's pace at the step's batch, else at batch 1
     host = host.fitted(now, step.timeline.wall_us) or (
-        host.paced(now, step.timeline.wall_us, one, optimizer_us) if one else None)
+        host.paced(now, step.timeline.wall_us, pace.step_us, pace.optimizer_us) if pace else None)
     if host is None:
         return None
     changed = list(deltas)
@@ -390,8 +394,8 @@ def _host_kept(step: _Priced, found: float, deltas: Sequence[float] | None,
     (its kernels' changes added up); never below the step at batch 1, the host's own time per step."""
     queued = _queued(step, deltas, change) if deltas is not None else None
     found = queued if queued is not None else found
-    floor = step.explanation.batch_one_step_us
-    return max(found, floor) if floor else found
+    floor = step.explanation.host_at_batch_one
+    return max(found, floor.step_us) if floor else found
 
 
 def _amp_dtypes(explanation: Explanation, knobs: Mapping[str, str]) -> tuple[str, str]:
@@ -611,18 +615,18 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     predicted = _predictions(explanation)
     candidates = [(name, what, knobs, _waiver(name, knobs, explanation, target, device))
                   for name, what, knobs in _candidates(explanation, target) if not only or name in only]
-    if explanation.batch_one_step_us is None and (_batch_of(explanation, target) or 0) > 1 and any(
+    if explanation.host_at_batch_one is None and (_batch_of(explanation, target) or 0) > 1 and any(
             waiver is None and name not in HOST_WORK_FIXES for name, _, _, waiver in candidates):
         # At batch 1 the device's work is small beside the launches: about the host's own time per step.
         with host_clock.timing_optimizers() as clock:
-            explanation.batch_one_step_us = _timed_build(target, device, measure, batch=1, clock=clock)
-        explanation.batch_one_optimizer_us = clock.median_us() if explanation.batch_one_step_us else None
+            step_us = _timed_build(target, device, measure, batch=1, clock=clock)
+        explanation.host_at_batch_one = HostTime(step_us, clock.median_us()) if step_us else None
     with contextlib.ExitStack() as stack:
         given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
         given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
-        if given is not None and explanation.batch_one_step_us and device.type != "cpu" and \
+        if given is not None and explanation.host_at_batch_one and device.type != "cpu" and \
                 not explanation.median.syncs:  # the host's own pace at the step's batch
-            explanation.host_step_us, explanation.host_optimizer_us = _host_pace(given, device)
+            explanation.host_at_batch = _host_pace(given, device)
         run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given)
         trials = [_trial(run, name, what, knobs, waiver) for name, what, knobs, waiver in candidates]
     for t in trials if given_left_flags else ():
@@ -647,15 +651,15 @@ class _Given:
     flags: dict[str, bool]  # torch's global flags as its build left them
 
 
-def _host_pace(given: _Given, device: torch.device) -> tuple[float | None, float | None]:
-    """(the host's own µs per step of the step as given, of that in its optimizer's step); None where it fails."""
+def _host_pace(given: _Given, device: torch.device) -> HostTime | None:
+    """The host's own time per step of the step as given, and of it in its optimizer's step; None where it fails."""
     with _flags_kept():
         try:
             knob_specs.restore_flag_state(given.flags)
             host, optimizer_us = host_clock.host_after_drain(given.step, device)
-            return statistics.median(host), optimizer_us
+            return HostTime(statistics.median(host), optimizer_us)
         except Exception:  # noqa: BLE001 - the pace then comes from the step at batch 1
-            return None, None
+            return None
 
 
 def _open_given(target: Target, device: torch.device, stack: contextlib.ExitStack) -> _Given | None:
@@ -677,12 +681,42 @@ def window_steps(device: torch.device, step_us: float | None) -> int:
     return max(steps, min(MAX_WINDOW_STEPS, math.ceil(MIN_WINDOW_S * 1e6 / step_us)))
 
 
+# A clock move a fix's note names: clocks move in steps of about 0.8 % at the top of a data-centre card's range.
+CLOCK_MOVE = 0.01
+
+
 @dataclass
 class _Windows:
-    """Each window's median step (µs) of the step as given and of the fixed step, in the order they ran."""
+    """Each window's median step (µs) of the step as given and of the fixed step, in the order they ran, with
+    the clock (MHz) and power (W) each ran at where the device reports them."""
 
     given: list[float]
     fixed: list[float]
+    given_mhz: list[float] = field(default_factory=list)
+    fixed_mhz: list[float] = field(default_factory=list)
+    given_w: list[float] = field(default_factory=list)
+    fixed_w: list[float] = field(default_factory=list)
+
+    def add(self, is_given: bool, timed: Throughput) -> None:
+        for series, value in ((self.given if is_given else self.fixed, timed.step_us.median),
+                              (self.given_mhz if is_given else self.fixed_mhz, timed.sm_clock_mhz),
+                              (self.given_w if is_given else self.fixed_w, timed.power_w)):
+            if value is not None:
+                series.append(value)
+
+    def clock_note(self) -> str | None:
+        """The clock and power of each side's windows, where the device reported both for every window."""
+        if not (self.given_mhz and self.fixed_mhz and self.given_w and self.fixed_w):
+            return None
+        m = statistics.median
+        given, fixed = m(self.given_mhz), m(self.fixed_mhz)
+        note = (f"the card ran {given:,.0f} MHz at {m(self.given_w):,.0f} W in the given step's windows, "
+                f"{fixed:,.0f} MHz at {m(self.fixed_w):,.0f} W in the fixed step's")
+        moved = fixed / given - 1.0
+        if abs(moved) >= CLOCK_MOVE:  # more than one clock step: the prediction holds the given step's clock
+            note += (f": the fixed step ran {100 * abs(moved):.1f} % {'below' if moved < 0 else 'above'} the given "
+                     "step's clock, which the prediction leaves out")
+        return note
 
     def savings(self, scale: float) -> list[float]:
         """Each window pair's saving per step at the given step's batch (`scale`: given over fixed samples)."""
@@ -703,7 +737,7 @@ def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Gi
                 knob_specs.restore_flag_state(given.flags if is_given else fixed_flags)
                 timed = measure(given.step if is_given else step, device, given.samples if is_given else samples,
                                 warmup=warmup, steps=steps)
-                (windows.given if is_given else windows.fixed).append(timed.step_us.median)
+                windows.add(is_given, timed)
     finally:
         knob_specs.restore_flag_state(fixed_flags)
     return windows
@@ -743,7 +777,8 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
                                          graph_fuses_optimizer(target))
     if trial.predicted_step_us is not None:
         trial.notes += _timed_note(priced, name, knobs, base_samples)
-    if trial.predicted_step_us is not None and trial.predicted_step_us == explanation.batch_one_step_us:
+    batch_one = explanation.host_at_batch_one
+    if trial.predicted_step_us is not None and batch_one and trial.predicted_step_us == batch_one.step_us:
         trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
                            "the host's own work per step, which this fix keeps")
     if waiver is not None:
@@ -760,6 +795,9 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
                     windows = _paired(run.measure, device, given, step, samples,
                                       window_steps(device, run.base_us))
                     trial.given_windows_us, trial.fixed_windows_us = windows.given, windows.fixed
+                    trial.given_windows_mhz, trial.fixed_windows_mhz = windows.given_mhz, windows.fixed_mhz
+                    trial.given_windows_w, trial.fixed_windows_w = windows.given_w, windows.fixed_w
+                    trial.notes += [note for note in (windows.clock_note(),) if note]
                     trial.paired_savings_us = windows.savings(given.samples / samples)
                     trial.baseline_step_us, measured = statistics.median(windows.given), \
                         statistics.median(windows.fixed)

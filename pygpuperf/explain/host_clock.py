@@ -20,7 +20,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from pygpuperf.core import timing
-from pygpuperf.explain.model import Explanation
+from pygpuperf.explain.model import Explanation, HostTime
 
 
 class OptimizerClock:
@@ -87,13 +87,11 @@ def host_after_drain(step: Callable[[], Any], device: torch.device, samples: int
 
 def host_pace_line(explanation: Explanation) -> str | None:
     """The host's own time per step as --try-fixes timed it (None where it timed none)."""
-    def part(step_us: float | None, optimizer_us: float | None, where: str) -> str | None:
-        if not step_us:
+    def part(host: HostTime | None, where: str) -> str | None:
+        if host is None or not host.step_us:
             return None
-        inside = f", {optimizer_us / 1e3:.2f} of it in the optimizer's step" if optimizer_us else ""
-        return f"{step_us / 1e3:.2f} ms {where}{inside}"
-    parts = [p for p in (part(explanation.host_step_us, explanation.host_optimizer_us,
-                              "at the step's batch, each step after a drain"),
-                         part(explanation.batch_one_step_us, explanation.batch_one_optimizer_us, "at batch 1"))
-             if p]
+        inside = f", {host.optimizer_us / 1e3:.2f} of it in the optimizer's step" if host.optimizer_us else ""
+        return f"{host.step_us / 1e3:.2f} ms {where}{inside}"
+    parts = [p for p in (part(explanation.host_at_batch, "at the step's batch, each step after a drain"),
+                         part(explanation.host_at_batch_one, "at batch 1")) if p]
     return "the host's own time per step, without the profiler: " + "; ".join(parts) if parts else None

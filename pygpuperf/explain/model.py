@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from pygpuperf.analyze.kernel_time import Access
@@ -26,8 +27,10 @@ OTHER = "other"
 KERNEL_CLASSES = (TENSOR_GEMM, VECTOR_MATH, MEMORY_BOUND, LAYOUT, MEMCPY, COMMUNICATION, OTHER)
 
 PHASES = ("forward", "backward", "optimizer", "other")
-# The host's own times --try-fixes takes without the profiler (Explanation fields, document keys alike).
-HOST_TIMES = ("batch_one_step_us", "batch_one_optimizer_us", "host_step_us", "host_optimizer_us")
+# Where explain.json keeps each HostTime of an Explanation: its field, then the document's keys for the step's
+# time and the optimizer's share.
+HOST_TIME_KEYS = {"host_at_batch_one": ("batch_one_step_us", "batch_one_optimizer_us"),
+                  "host_at_batch": ("host_step_us", "host_optimizer_us")}
 
 
 @dataclass
@@ -122,6 +125,11 @@ class Throughput:
     peak_memory_bytes: float | None = None  # allocator peak during the timed steps
     resident_memory_bytes: float | None = None  # held between steps: weights, optimizer state, data
     energy_j_per_step: float | None = None  # device energy over the timed steps / steps; None where not measured
+    # The device's clock and power while the steps ran (None where it reports neither): at its power limit a
+    # card lowers its clock as the work draws more power, so a fix's windows can run at another clock.
+    sm_clock_mhz: float | None = None  # the median of the samples
+    power_w: float | None = None  # average over the timed steps
+    clock_reasons: list[str] = field(default_factory=list)  # why the clock was held below its top, if it was
 
     @property
     def samples_per_s(self) -> float:
@@ -138,7 +146,8 @@ class Throughput:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Throughput":
         return Throughput(Stats(**d["step_us"]), int(d["samples_per_step"]), d.get("peak_memory_bytes"),
-                          d.get("resident_memory_bytes"), d.get("energy_j_per_step"))
+                          d.get("resident_memory_bytes"), d.get("energy_j_per_step"), d.get("sm_clock_mhz"),
+                          d.get("power_w"), list(d.get("clock_reasons") or []))
 
 
 def fitting_batch(batch: int, peak: float | None, resident: float | None, capacity: float | None) -> int | None:
@@ -163,6 +172,22 @@ class ExplainedStep:
     syncs: list[tuple[float, float]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class HostTime:
+    """The host's own time per step that --try-fixes took without the profiler, and of it the time inside the
+    optimizers' step calls (None where no optimizer stepped)."""
+
+    step_us: float
+    optimizer_us: float | None = None
+
+    @staticmethod
+    def from_doc(doc: Mapping[str, Any], step_key: str, optimizer_key: str) -> "HostTime | None":
+        step, optimizer = doc.get(step_key), doc.get(optimizer_key)
+        if not isinstance(step, (int, float)):
+            return None
+        return HostTime(float(step), float(optimizer) if isinstance(optimizer, (int, float)) else None)
+
+
 @dataclass
 class Explanation:
     device: str
@@ -182,13 +207,11 @@ class Explanation:
     sum_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.sums.SumTiming: likewise, each sum
     matmul_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.matmuls.MatmulTiming: each GEMM
     attention_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.attention.AttentionTiming
-    batch_one_step_us: float | None = None  # --try-fixes: the step at batch 1 without the profiler, a floor under
-    # any fix that keeps the host's work per step
-    batch_one_optimizer_us: float | None = None  # --try-fixes: of that, the host's time in the optimizer's step
-    # --try-fixes, where the step has no sync of its own: the host's own time per step at the step's batch (each
-    # step called after the device drained, without the profiler), and of that in the optimizer's step
-    host_step_us: float | None = None
-    host_optimizer_us: float | None = None
+    # --try-fixes: the step at batch 1 without the profiler, a floor under any fix that keeps the host's work
+    host_at_batch_one: HostTime | None = None
+    # --try-fixes, where the step has no sync of its own: the host's own time per step at the step's batch, each
+    # step called after the device drained, without the profiler
+    host_at_batch: HostTime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
@@ -214,7 +237,8 @@ class Explanation:
             **({"sum_timing": [t.to_dict() for t in self.sum_timings]} if self.sum_timings else {}),
             **({"matmul_timing": [t.to_dict() for t in self.matmul_timings]} if self.matmul_timings else {}),
             **({"attention_timing": [t.to_dict() for t in self.attention_timings]} if self.attention_timings else {}),
-            **{key: getattr(self, key) for key in HOST_TIMES if getattr(self, key) is not None},
+            **{key: value for name, keys in HOST_TIME_KEYS.items() if (host := getattr(self, name)) is not None
+               for key, value in zip(keys, (host.step_us, host.optimizer_us)) if value is not None},
         }
 
 
