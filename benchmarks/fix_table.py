@@ -45,6 +45,7 @@ def rows(path: Path, model=None) -> list[dict]:
     doc = json.loads(path.read_text(encoding="utf-8"))
     workload = doc.get("settings", {}).get("workload") or path.parent.name
     given = path.parent.name.split("_--try-fixes")[0]  # device_fixes.sh names each folder by its arguments
+    given = re.sub(r"_--steps_\d+", "", given)  # the profiled steps' count leaves the configuration as it is
     if given.startswith(workload + "_--"):  # a configuration of the workload: say which
         workload = workload + " " + given[len(workload) + 1:].replace("_", " ")
     explained_step = (doc.get("throughput") or {}).get("step_us") or {}
