@@ -95,5 +95,8 @@ def test_a_channels_last_fix_times_no_gemm_and_a_batch_fix_does(monkeypatch):
     fixes._time_library_ops(e, torch.device("cpu"), layout="nhwc")
     assert sorted(asked) == [(1.0, ""), (1.0, ""), (1.0, ""), (1.0, "nhwc"), (1.0, "nhwc"), (1.0, "nhwc")]
     asked.clear()
+    released = []  # how many timings had run at each release of the allocator's cached memory
+    monkeypatch.setattr(fixes, "release_device_memory", lambda device: released.append(len(asked)))
     fixes._time_library_ops(e, torch.device("cpu"), scale=2.0)
     assert len(asked) == 2 * len(fixes._LIBRARY_FAMILIES)  # the GEMMs too, at both batches
+    assert released == list(range(len(asked)))  # each timing's operands in fresh memory, not the step's pools
