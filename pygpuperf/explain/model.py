@@ -9,8 +9,8 @@ output written once), stated as such wherever they are reported.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pygpuperf.analyze.kernel_time import Access
