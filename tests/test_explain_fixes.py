@@ -255,6 +255,28 @@ def test_each_window_keeps_the_clock_and_power_it_ran_at_and_the_fix_says_both_s
     assert silent.given_windows_mhz == [] and not any("MHz" in note for note in silent.notes)
 
 
+def test_a_given_step_rebuilt_off_its_explained_time_is_said_and_one_within_its_noise_is_not():
+    def build(batch, knobs):
+        return BuiltWorkload(lambda: "fixed" if "tf32" in knobs else "given", batch or 4, {})
+
+    def measure_given_at(given_us):
+        return lambda step, device, samples, **_: Throughput(
+            Stats.of([120.0 if step() == "fixed" else given_us] * 3), samples)
+
+    def notes(explained, given_us):
+        e = _explanation("cuda:0")
+        e.throughput = explained
+        return fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
+                               measure=measure_given_at(given_us))[0].notes
+
+    steady = Throughput(Stats.of([150.0] * 3), 4)  # explained at 150 us a step, CV 0
+    assert any("ran 0.18 ms in these windows against 0.15 ms when explained (+20.0 %)" in n
+               for n in notes(steady, 180.0))
+    assert not any("when explained" in n for n in notes(steady, 150.0))
+    spread = Throughput(Stats.of([145.0, 150.0, 155.0]), 4)  # a CV of about 3 %: 153 us is within its noise
+    assert not any("when explained" in n for n in notes(spread, 153.0))
+
+
 def test_a_short_steps_windows_last_a_quarter_second_on_an_accelerator_and_a_long_steps_eight_steps():
     cuda = torch.device("cuda")
     assert fixes.window_steps(cuda, 9000.0) == 28 and fixes.window_steps(cuda, 500e3) == 8
