@@ -14,7 +14,7 @@ from pygpuperf.core.results import (NOISY_CV, Ceiling, Finding, MachineModel, Me
                                     best_per_backend, is_series_point, lower_is_better)
 from pygpuperf.analyze.machine_model import build_machine_model
 from pygpuperf.facts import peaks
-from pygpuperf.facts.nvml import BENIGN_CLOCK_REASONS
+from pygpuperf.facts.nvml import held_clock_reasons
 
 # Native and portable figures for the same name disagree beyond this factor -> a finding.
 BACKEND_AGREEMENT_FACTOR = 2.0
@@ -78,9 +78,8 @@ def findings_for(measurements: list[Measurement], device_meta: dict[str, Any]) -
                                      "backend": m.backend},
                                     "Do not trust this figure; check the probe's byte or FLOP accounting."))
         if m.telemetry:
-            for reason in m.telemetry.throttle_reasons:
-                if reason not in BENIGN_CLOCK_REASONS:
-                    throttled[reason].setdefault(f"{m.name} ({m.backend})", m)  # once per probe, not per variant
+            for reason in held_clock_reasons(m.telemetry.throttle_reasons):
+                throttled[reason].setdefault(f"{m.name} ({m.backend})", m)  # once per probe, not per variant
     noisy = {f"{m.name} ({m.backend})": round(m.stats.cv, 3) for m, _ in best_per_backend(measurements)
              if m.noisy and not is_series_point(m.name)}
     if noisy:

@@ -26,7 +26,7 @@ from pygpuperf.analyze import diagnostics, transfers
 from pygpuperf.core.results import NOISY_CV
 from pygpuperf.core.units import figure as _fmt
 from pygpuperf.facts import datasheets
-from pygpuperf.facts.nvml import BENIGN_CLOCK_REASONS
+from pygpuperf.facts.nvml import held_clock_reasons
 from pygpuperf.facts.health import empty_rank_health
 
 SCHEMA_ID = "pygpuperf-fleet/1"
@@ -531,9 +531,8 @@ def _judge_health(j: _Judge, thresholds: Thresholds, findings: list[dict[str, An
                                      [rank], host, name, {"seen": {"generation": gen, "width": width},
                                                           "max": {"generation": gen_max, "width": width_max}}))
             break
-    reasons = dict.fromkeys(r for figure in doc["figures"].values()
-                            for r in (figure.get("telemetry") or {}).get("throttle_reasons") or []
-                            if r not in BENIGN_CLOCK_REASONS)  # each once, in the order the figures show them
+    reasons = dict.fromkeys(held_clock_reasons(  # each once, in the order the figures show them
+        r for figure in doc["figures"].values() for r in (figure.get("telemetry") or {}).get("throttle_reasons") or []))
     for reason in reasons:
         throttled[reason].append(rank)
         j.notes.append(f"clocks held back by {reason.replace('_', ' ')}")

@@ -37,7 +37,7 @@ def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, s
         timed = time_steps_with_memory(step_fn, device, count)
     telemetry = sampler.telemetry if sampler.active else None
     energy = telemetry.energy_j if telemetry is not None else None
-    reasons = [r for r in telemetry.throttle_reasons if r not in nvml.BENIGN_CLOCK_REASONS] if telemetry else []
+    reasons = nvml.held_clock_reasons(telemetry.throttle_reasons) if telemetry else []
     return Throughput(Stats.of([x * 1e6 for x in timed.seconds]), samples_per_step, timed.peak_memory_bytes,
                       timed.resident_memory_bytes, energy / count if energy is not None and count else None,
                       telemetry.median_sm_clock_mhz() if telemetry else None,

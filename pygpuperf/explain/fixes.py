@@ -682,6 +682,21 @@ def window_steps(device: torch.device, step_us: float | None) -> int:
     return max(steps, min(MAX_WINDOW_STEPS, math.ceil(MIN_WINDOW_S * 1e6 / step_us)))
 
 
+def _rebuilt_note(given_us: float, explained: Throughput | None) -> str | None:
+    """Where the step as given, built again beside the fix, ran off its explained time by more than twice the
+    explained steps' CV: a new build of one step places its tensors elsewhere, and where they lie moves some
+    kernels (UNet on an H200: 55.18 ms in the windows' build against 54.23 ms explained)."""
+    if explained is None or not explained.step_us.median:
+        return None
+    moved = given_us / explained.step_us.median - 1.0
+    if abs(moved) <= 2 * explained.step_us.cv:
+        return None
+    return (f"the step as given ran {given_us / 1e3:.2f} ms in these windows against "
+            f"{explained.step_us.median / 1e3:.2f} ms when explained ({100 * moved:+.1f} %): built again, the same "
+            "step need not run at the same speed (where its tensors lie moves some kernels), and the measured "
+            "change carries that spread")
+
+
 # A clock move a fix's note names: clocks move in steps of about 0.8 % at the top of a data-centre card's range.
 CLOCK_MOVE = 0.01
 
@@ -718,6 +733,17 @@ class _Windows:
             note += (f": the fixed step ran {100 * abs(moved):.1f} % {'below' if moved < 0 else 'above'} the given "
                      "step's clock, which the prediction leaves out")
         return note
+
+    def into(self, trial: FixTrial, given_samples: int, samples: int, explained: Throughput | None) -> float:
+        """Keep these windows in `trial` (each side's series, the pairs' savings, the step as given as its
+        baseline, and the notes they call for); the fixed step's median µs."""
+        trial.given_windows_us, trial.fixed_windows_us = self.given, self.fixed
+        trial.given_windows_mhz, trial.fixed_windows_mhz = self.given_mhz, self.fixed_mhz
+        trial.given_windows_w, trial.fixed_windows_w = self.given_w, self.fixed_w
+        trial.paired_savings_us = self.savings(given_samples / samples)
+        trial.baseline_step_us, trial.baseline_samples_per_step = statistics.median(self.given), given_samples
+        trial.notes += [note for note in (_rebuilt_note(trial.baseline_step_us, explained), self.clock_note()) if note]
+        return statistics.median(self.fixed)
 
     def savings(self, scale: float) -> list[float]:
         """Each window pair's saving per step at the given step's batch (`scale`: given over fixed samples)."""
@@ -760,21 +786,6 @@ class _Run:
     given: _Given | None
 
 
-def _rebuilt_note(given_us: float, explained: Throughput | None) -> str | None:
-    """Where the step as given, built again beside the fix, ran off its explained time by more than twice the
-    explained steps' CV: a new build of one step places its tensors elsewhere, and where they lie moves some
-    kernels (UNet on an H200: 55.18 ms in the windows' build against 54.23 ms explained)."""
-    if explained is None or not explained.step_us.median:
-        return None
-    moved = given_us / explained.step_us.median - 1.0
-    if abs(moved) <= 2 * explained.step_us.cv:
-        return None
-    return (f"the step as given ran {given_us / 1e3:.2f} ms in these windows against "
-            f"{explained.step_us.median / 1e3:.2f} ms when explained ({100 * moved:+.1f} %): built again, the same "
-            "step need not run at the same speed (where its tensors lie moves some kernels), and the measured "
-            "change carries that spread")
-
-
 def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str | None) -> FixTrial:
     """One fix: predicted, then (unless waived) applied and timed, in turn with the step as given where it
     was built."""
@@ -810,16 +821,7 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
                 if given is not None:
                     windows = _paired(run.measure, device, given, step, samples,
                                       window_steps(device, run.base_us))
-                    trial.given_windows_us, trial.fixed_windows_us = windows.given, windows.fixed
-                    trial.given_windows_mhz, trial.fixed_windows_mhz = windows.given_mhz, windows.fixed_mhz
-                    trial.given_windows_w, trial.fixed_windows_w = windows.given_w, windows.fixed_w
-                    notes = (_rebuilt_note(statistics.median(windows.given), run.explanation.throughput),
-                             windows.clock_note())
-                    trial.notes += [note for note in notes if note]
-                    trial.paired_savings_us = windows.savings(given.samples / samples)
-                    trial.baseline_step_us, measured = statistics.median(windows.given), \
-                        statistics.median(windows.fixed)
-                    trial.baseline_samples_per_step = given.samples
+                    measured = windows.into(trial, given.samples, samples, run.explanation.throughput)
                 else:
                     measured = run.measure(step, device, samples).step_us.median
             trial.status, trial.measured_step_us, trial.samples_per_step = "measured", measured, samples

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -35,6 +35,11 @@ _THROTTLE_BITS = {getattr(pynvml, constant): name for constant, name in _THROTTL
                   if pynvml is not None and hasattr(pynvml, constant)}
 # Clock-event reasons that say nothing about a card's health.
 BENIGN_CLOCK_REASONS = ("idle", "application_clock_setting")
+
+
+def held_clock_reasons(reasons: Iterable[str]) -> list[str]:
+    """The reasons that held the clock back (power cap, thermal slowdown, ...), in order, without the benign ones."""
+    return [r for r in reasons if r not in BENIGN_CLOCK_REASONS]
 
 _init_lock = threading.Lock()
 _initialized = False
