@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
-from pygpuperf.explain import compare, fixes, matmuls
+from pygpuperf.explain import compare, dtype_timing, fixes, matmuls
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
 
 
@@ -100,3 +100,29 @@ def test_a_channels_last_fix_times_no_gemm_and_a_batch_fix_does(monkeypatch):
     fixes._time_library_ops(e, torch.device("cpu"), scale=2.0)
     assert len(asked) == 2 * len(fixes._LIBRARY_FAMILIES)  # the GEMMs too, at both batches
     assert released == list(range(len(asked)))  # each timing's operands in fresh memory, not the step's pools
+
+
+def test_on_an_accelerator_each_variant_is_timed_in_turn_and_its_fastest_placement_kept(monkeypatch):
+    asked = []
+    slow_first = {1.0: [12.0, 10.0], 2.0: [20.0, 23.0]}  # µs of each round: one slow placement at each batch
+
+    def spy(records, training, device, samples=20, dtypes=(), scale=1.0, **layout):
+        asked.append(scale)
+        us = slow_first[scale][asked.count(scale) - 1]
+        return [matmuls.MatmulTiming("aten::mm", [[64, 32], [32, 16]], [False, True], False,
+                                     {dtype_timing.variant("fp32", scale): us})]
+
+    monkeypatch.setattr(fixes, "_LIBRARY_FAMILIES", tuple(
+        (what, attr, spy, lambda records: "fp32", ratios) for what, attr, _, _, ratios in fixes._LIBRARY_FAMILIES
+        if attr == "matmul_timings"))
+    monkeypatch.setattr(fixes, "release_device_memory", lambda device: None)
+    line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
+    step = ExplainedStep(0, [_gemm()], line, Waterfall(0.0, {}, 100.0, 0.0, 1.0), [])
+    e = Explanation("cuda:0", [step], step, {}, None, {})
+    fixes._time_library_ops(e, torch.device("cuda"), scale=2.0)
+    assert asked == [1.0, 2.0] * fixes.LIBRARY_ROUNDS  # in turn, so that a drift of the card falls on both
+    assert e.matmul_timings[0].us == {"fp32": 10.0, "fp32@x2": 20.0}  # each variant's faster round
+    assert e.matmul_timings[0].ratio("fp32@x2", "fp32") == 2.0  # not 1.67 (the slow base) nor 2.3
+    asked.clear()
+    fixes._time_library_ops(e, torch.device("cuda"), scale=2.0)
+    assert asked == []  # timed already

@@ -203,12 +203,13 @@ def most_time_first(records: Sequence[KernelRecord],
 
 
 def merged(timings: Sequence[DtypeTimes], more: Sequence[DtypeTimes]) -> list[DtypeTimes]:
-    """`timings` with each of `more`'s times added to the timing of its key (a key not timed yet appended)."""
+    """`timings` with each of `more`'s times added to the timing of its key (a key not timed yet appended); a
+    variant timed in both keeps its faster phases (:func:`fastest_phases`)."""
     by_key = {t.key(): t for t in timings}
     out = list(timings)
     for t in more:
         if t.key() in by_key:
-            by_key[t.key()].us.update(t.us)
+            by_key[t.key()].us = fastest_phases(by_key[t.key()].us, t.us)
         else:
             by_key[t.key()] = t
             out.append(t)
