@@ -44,8 +44,9 @@ def pace(step, device: torch.device) -> dict:
             step()
         torch.cuda.synchronize(device)
         loops.append((time.perf_counter() - start) / LOOP_STEPS * 1e6)
-    host, optimizer_us = host_clock.host_after_drain(step, device, SAMPLES, warmup=0)
-    return {"loop_step": _stats(loops), "host_after_drain": _stats(host), "optimizer_us": optimizer_us}
+    host, clock = host_clock.host_after_drain(step, device, SAMPLES, warmup=0)
+    return {"loop_step": _stats(loops), "host_after_drain": _stats(host), "optimizer_us": clock.median_us(),
+            "backward_us": clock.backward_median_us()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -297,7 +297,7 @@ def _queued(priced: _Priced, deltas: Sequence[float],
     e = priced.explanation
     pace = e.host_at_batch or e.host_at_batch_one  # the host's pace at the step's batch, else at batch 1
     host = host.fitted(now, step.timeline.wall_us) or (
-        host.paced(now, step.timeline.wall_us, pace.step_us, pace.optimizer_us) if pace else None)
+        host.paced(now, step.timeline.wall_us, pace.step_us, pace.optimizer_us, pace.backward_us) if pace else None)
     if host is None:
         return None
     changed = list(deltas)
@@ -619,9 +619,10 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     if explanation.host_at_batch_one is None and (_batch_of(explanation, target) or 0) > 1 and any(
             waiver is None and name not in HOST_WORK_FIXES for name, _, _, waiver in candidates):
         # At batch 1 the device's work is small beside the launches: about the host's own time per step.
-        with host_clock.timing_optimizers() as clock:
+        with host_clock.timing_phases() as clock:
             step_us = _timed_build(target, device, measure, batch=1, clock=clock)
-        explanation.host_at_batch_one = HostTime(step_us, clock.median_us()) if step_us else None
+        explanation.host_at_batch_one = HostTime(step_us, clock.median_us(), clock.backward_median_us()) \
+            if step_us else None
     with contextlib.ExitStack() as stack:
         given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
         given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
@@ -657,8 +658,8 @@ def _host_pace(given: _Given, device: torch.device) -> HostTime | None:
     with _flags_kept():
         try:
             knob_specs.restore_flag_state(given.flags)
-            host, optimizer_us = host_clock.host_after_drain(given.step, device)
-            return HostTime(statistics.median(host), optimizer_us)
+            host, clock = host_clock.host_after_drain(given.step, device)
+            return HostTime(statistics.median(host), clock.median_us(), clock.backward_median_us())
         except Exception:  # noqa: BLE001 - the pace then comes from the step at batch 1
             return None
 
@@ -888,7 +889,7 @@ def _time_library_ops(explanation: Explanation, device: torch.device, scale: flo
 
 
 def _timed_build(target: Target, device: torch.device, measure: Callable[..., Throughput],
-                 batch: int | None = None, clock: host_clock.OptimizerClock | None = None) -> float | None:
+                 batch: int | None = None, clock: host_clock.PhaseClock | None = None) -> float | None:
     """The step built as given (at `batch` where given) and timed once (µs; None when it cannot be built or
     run, and the fixes stand without it), each step's optimizer time on `clock` where given; torch's flags
     are left as they were."""

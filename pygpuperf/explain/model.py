@@ -28,9 +28,9 @@ KERNEL_CLASSES = (TENSOR_GEMM, VECTOR_MATH, MEMORY_BOUND, LAYOUT, MEMCPY, COMMUN
 
 PHASES = ("forward", "backward", "optimizer", "other")
 # Where explain.json keeps each HostTime of an Explanation: its field, then the document's keys for the step's
-# time and the optimizer's share.
-HOST_TIME_KEYS = {"host_at_batch_one": ("batch_one_step_us", "batch_one_optimizer_us"),
-                  "host_at_batch": ("host_step_us", "host_optimizer_us")}
+# time, the optimizer's share and the backward's.
+HOST_TIME_KEYS = {"host_at_batch_one": ("batch_one_step_us", "batch_one_optimizer_us", "batch_one_backward_us"),
+                  "host_at_batch": ("host_step_us", "host_optimizer_us", "host_backward_us")}
 
 
 @dataclass
@@ -175,17 +175,19 @@ class ExplainedStep:
 @dataclass(frozen=True)
 class HostTime:
     """The host's own time per step that --try-fixes took without the profiler, and of it the time inside the
-    optimizers' step calls (None where no optimizer stepped)."""
+    optimizers' step calls and inside backward calls (None where none ran, or it was not timed)."""
 
     step_us: float
     optimizer_us: float | None = None
+    backward_us: float | None = None
 
     @staticmethod
-    def from_doc(doc: Mapping[str, Any], step_key: str, optimizer_key: str) -> "HostTime | None":
-        step, optimizer = doc.get(step_key), doc.get(optimizer_key)
+    def from_doc(doc: Mapping[str, Any], step_key: str, *part_keys: str) -> "HostTime | None":
+        step = doc.get(step_key)
         if not isinstance(step, (int, float)):
             return None
-        return HostTime(float(step), float(optimizer) if isinstance(optimizer, (int, float)) else None)
+        parts = [doc.get(k) for k in part_keys]
+        return HostTime(float(step), *(float(v) if isinstance(v, (int, float)) else None for v in parts))
 
 
 @dataclass
@@ -238,7 +240,7 @@ class Explanation:
             **({"matmul_timing": [t.to_dict() for t in self.matmul_timings]} if self.matmul_timings else {}),
             **({"attention_timing": [t.to_dict() for t in self.attention_timings]} if self.attention_timings else {}),
             **{key: value for name, keys in HOST_TIME_KEYS.items() if (host := getattr(self, name)) is not None
-               for key, value in zip(keys, (host.step_us, host.optimizer_us)) if value is not None},
+               for key, value in zip(keys, (host.step_us, host.optimizer_us, host.backward_us)) if value is not None},
         }
 
 
