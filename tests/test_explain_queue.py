@@ -180,28 +180,3 @@ def test_an_optimizer_timed_at_batch_one_paces_its_own_launches_after_an_added_s
     assert at_batch - split >= 20 * 10.0 - 20.0
     host = queue.build(records, window, syncs, gap_us=1.0).paced(durations, 20 * 401.0 + 20 * 6.0, 1000.0, 800.0)
     assert host.scale * host.optimizer_ratio == pytest.approx(800.0 / (20 * 50.0))
-
-
-def test_a_backward_timed_apart_leaves_the_forward_the_hosts_time_its_profile_gave_the_backwards_long_kernels():
-    # A device-bound step whose profiled host followed the device: 20 forward kernels of 20 us, each launch
-    # 20 us after the last, then 20 backward kernels of 400 us launched 400 us apart, then 20 optimizer ones.
-    # Timed without the profiler the host takes 1,100 us a step, 100 in the optimizer's step and, where it
-    # was timed, 300 in backward calls: the forward then has 700 us for its 20 launches, 35 us each, not the
-    # 400 / 8,400 share of 1,000 a scale over the whole profile gives it (under 3 us each).
-    durations = [20.0] * 20 + [400.0] * 20 + [5.0] * 20
-    gaps = [20.0] * 20 + [400.0] * 20 + [5.0] * 20
-    phases = {i: "backward" for i in range(20, 40)} | {i: "optimizer" for i in range(40, 60)}
-    records, syncs, window = _step(durations, host_gap_us=gaps, phases=phases)
-    host = queue.build(records, window, syncs, gap_us=1.0)
-    wall = sum(durations) + 60 * 1.0
-    whole = host.paced(durations, wall, 1100.0, 100.0)
-    apart = host.paced(durations, wall, 1100.0, 100.0, 300.0)
-    forward = sum(ev.work_us for ev in host.events if ev.kernel is not None and ev.kernel < 20)
-    assert apart.scale * forward == pytest.approx(700.0, rel=0.05)
-    assert apart.scale * apart.backward_ratio * 20 * 400.0 == pytest.approx(300.0, rel=0.02)
-    assert whole.scale * forward < 60.0
-    # A sync before the optimizer (fp16's scaler) leaves the device idle while the forward's launches, now
-    # slower than its kernels, come: about 20 x 14 us more a step than the whole-profile scale replays.
-    first = next(n for n, ev in enumerate(host.events) if ev.optimizer)
-    added = apart.period_us(durations, sync_before=first) - whole.period_us(durations, sync_before=first)
-    assert added == pytest.approx(20 * 14.0, rel=0.3)

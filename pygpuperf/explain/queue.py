@@ -13,10 +13,8 @@ time; its scale is then the host's own time per step over the profiled host's wo
 replays the step as timed. That time is taken at the step's batch, each step called after the device
 drained, where the step has no sync of its own (gpt-100m on an H200: 30.0 ms a step at batch 16, 22.6 at
 batch 1), else from the step at batch 1, where the device's work is small beside the host's. Where the
-optimizer's step and the backward calls were timed too, their launches take their own scales: the profiler's
-cost is per recorded op, it slows an optimizer's Python over its parameters less than a forward's many small
-ops, and where the host runs ahead of the device the profiled launch times follow the device's, so the
-backward's, launched by autograd's thread, would otherwise take the host's share of its long kernels. A fix
+optimizer's step was timed too, its launches take their own scale: the profiler's cost is per recorded op, and it
+slows an optimizer's Python over its parameters less than a forward's or backward's many small ops. A fix
 that changes what the kernels cost, or that adds or removes a synchronization, is the same replay with
 those changes; where the host's launches hide a device saving, or a synchronization exposes the host's
 work, the replay sees it where a sum over kernels does not.
@@ -50,7 +48,6 @@ class Event:
     sync: bool = False
     wait_us: float = 0.0  # a sync: from the device's last end to the host going on, as profiled
     optimizer: bool = False  # a launch of the optimizer's step: its work is paced by the optimizer's own scale
-    backward: bool = False  # a launch of the backward: its work is paced by the backward's own scale
 
 
 @dataclass(frozen=True)
@@ -63,7 +60,6 @@ class HostQueue:
     lead_us: float  # the median kernel's start after its launch call, as profiled
     scale: float = 1.0  # unprofiled over profiled host work
     optimizer_ratio: float = 1.0  # the optimizer's events' scale over the others'
-    backward_ratio: float = 1.0  # the backward's events' scale over the others'
 
     def period_us(self, durations: Sequence[float], scale: float | None = None,
                   without_syncs: frozenset[int] = frozenset(), sync_before: int | None = None) -> float:
@@ -77,8 +73,7 @@ class HostQueue:
             for n, ev in enumerate(self.events):
                 if n == sync_before:
                     host = max(host, device + self._return_us())
-                host += ev.work_us * s * (self.optimizer_ratio if ev.optimizer else
-                                          self.backward_ratio if ev.backward else 1.0)
+                host += ev.work_us * s * (self.optimizer_ratio if ev.optimizer else 1.0)
                 if ev.sync:
                     if n not in without_syncs:  # wait for the device to drain, then go on
                         host = max(host, device + ev.wait_us)
@@ -107,25 +102,20 @@ class HostQueue:
         return self._scaled_within(durations, wall_us, _MAX_SCALE)
 
     def paced(self, durations: Sequence[float], wall_us: float, host_us: float,
-              optimizer_us: float | None = None, backward_us: float | None = None) -> HostQueue | None:
+              optimizer_us: float | None = None) -> HostQueue | None:
         """This queue with the host's scale of a device-bound step, whose pace the profile hides: the host's
         work per step is `host_us` (timed without the profiler: at the step's batch, each step after a drain,
-        or the step at batch 1, where the device's work is small beside the host's), `optimizer_us` of it in the
-        optimizer's step and `backward_us` in backward calls where those were timed (their events then take
-        their own scale), at most what still replays the step within its time as timed (`wall_us`). None
-        where the device alone does not replay it."""
+        or the step at batch 1, where the device's work is small beside the host's), `optimizer_us` of it in the optimizer's step where that was timed (its
+        events then take their own scale), at most what still replays the step within its time as timed
+        (`wall_us`). None where the device alone does not replay it."""
         work, limit = self.host_work_us(), wall_us * (1 + _FIT_TOLERANCE)
         if work <= 0 or host_us <= 0 or self.period_us(durations, 0.0) > limit:
             return None
-        own = [(name, us, profiled) for name, us, profiled in (
-            ("optimizer_ratio", optimizer_us, sum(ev.work_us for ev in self.events if ev.optimizer)),
-            ("backward_ratio", backward_us, sum(ev.work_us for ev in self.events if ev.backward)))
-            if us and 0 < profiled < work]
-        rest_us, rest_work = host_us - sum(us for _, us, _ in own), work - sum(p for _, _, p in own)
         paced, scale = self, host_us / work
-        if own and rest_us > 0 and rest_work > 0:
-            scale = rest_us / rest_work
-            paced = replace(self, **{name: us / profiled / scale for name, us, profiled in own})
+        in_optimizer = sum(ev.work_us for ev in self.events if ev.optimizer)
+        if optimizer_us and 0 < in_optimizer < work and optimizer_us < host_us:
+            scale = (host_us - optimizer_us) / (work - in_optimizer)
+            paced = replace(self, optimizer_ratio=optimizer_us / in_optimizer / scale)
         return paced._scaled_within(durations, limit, min(scale, _MAX_SCALE))
 
     def _scaled_within(self, durations: Sequence[float], limit_us: float, most: float) -> HostQueue:
@@ -155,8 +145,7 @@ def build(records: Sequence[KernelRecord], window_us: tuple[float, float] | None
     for t, is_launch, payload in timeline:
         work = max(t - cursor, 0.0)
         if is_launch:
-            phase = records[payload].phase
-            events.append(Event(work, kernel=payload, optimizer=phase == "optimizer", backward=phase == "backward"))
+            events.append(Event(work, kernel=payload, optimizer=records[payload].phase == "optimizer"))
             cursor = max(cursor, t)
         else:  # a sync from t to payload: the host goes on `wait` after the device ran what came before
             drained = max((r.end_us for r in records if r.launch_us is not None and r.launch_us < t), default=t)
