@@ -63,7 +63,7 @@ def rows(path: Path, model=None) -> list[dict]:
         if paired and base and explained:
             moved = base / explained
             if len(paired) > 1:
-                drift = 2 * statistics.stdev(paired) / math.sqrt(len(paired))
+                drift = fixes.NOISE_SPREADS * statistics.stdev(paired) / math.sqrt(len(paired))
         elif base and after and fix["status"] == "measured":
             drift = abs(after - base)
             interpolated = base + (after - base) * position / (measured_count + 1)
@@ -76,7 +76,7 @@ def rows(path: Path, model=None) -> list[dict]:
         if fix["status"] == "measured" and base and measured:
             scale = (fix.get("baseline_samples_per_step") or 1) / (fix.get("samples_per_step") or 1)
             measured, predicted = measured * scale, (predicted * scale if predicted is not None else None)
-            change, noise = base - measured, max(2 * cv * base, drift)
+            change, noise = base - measured, max(fixes.NOISE_SPREADS * cv * base, drift)
             row.update(baseline_ms=base / 1e3, measured_ms=measured / 1e3, predicted_ms=None if predicted is None
                        else predicted / 1e3, measured_change_ms=change / 1e3, noise_ms=noise / 1e3,
                        measurable=abs(change) > noise)

@@ -19,7 +19,8 @@ runs=(2026-12-01_fixes2 2026-12-01_fixes4 2026-12-01_fixes5 2026-12-01_fixes6 20
       2026-12-02_fixes26 2026-12-02_fixes27 2026-12-02_fixes28
       2026-12-03_fixes29 2026-12-03_fixes30 2026-12-03_fixes31 2026-12-03_fixes32 2026-12-03_fixes33 2026-12-03_fixes34
       2026-12-03_fixes35 2026-12-03_fixes36 2026-12-03_fixes37 2026-12-03_fixes38
-      2026-12-04_fixes39 2026-12-04_fixes40 2026-12-04_fixes41 2026-12-04_fixes42 2026-12-04_fixes43 2026-12-04_fixes44 2026-12-04_fixes45 2026-12-04_fixes46)
+      2026-12-04_fixes39 2026-12-04_fixes40 2026-12-04_fixes41 2026-12-04_fixes42 2026-12-04_fixes43 2026-12-04_fixes44
+      2026-12-04_fixes45 2026-12-04_fixes46)
 # From fixes16 on, each fix was timed in windows alternating with the step as given.
 declare -A config
 profiles=()
@@ -29,7 +30,9 @@ for run in "${runs[@]}"; do
     profiles+=("$p")
     folder=$(basename "$(dirname "$p")")
     key="${folder%%_--try-fixes*}"
-    config["$(sed -E "s/_--steps_[0-9]+//" <<<"$key")"]="$p"  # --steps N: the same configuration
+    # --steps N: the same configuration
+    [[ $key =~ ^(.*)_--steps_[0-9]+(.*)$ ]] && key="${BASH_REMATCH[1]}${BASH_REMATCH[2]}"
+    config["$key"]="$p"
   done < <(find "$work/${run#*_}" -path "*/fixes/*/explain.json" | sort)
 done
 steps=()

@@ -684,14 +684,19 @@ def window_steps(device: torch.device, step_us: float | None) -> int:
     return max(steps, min(MAX_WINDOW_STEPS, math.ceil(MIN_WINDOW_S * 1e6 / step_us)))
 
 
+# A move within this many times its spread (a step's CV, or the standard error of window pairs) is noise.
+NOISE_SPREADS = 2.0
+
+
 def _rebuilt_note(given_us: float, explained: Throughput | None) -> str | None:
-    """Where the step as given, built again beside the fix, ran off its explained time by more than twice the
-    explained steps' CV: a new build of one step places its tensors elsewhere, and where they lie moves some
-    kernels (UNet on an H200: 55.18 ms in the windows' build against 54.23 ms explained)."""
+    """Where the step as given, built again beside the fix, ran off its explained time by more than
+    :data:`NOISE_SPREADS` times the explained steps' CV: a new build of one step places its tensors elsewhere,
+    and where they lie moves some kernels (UNet on an H200: 55.18 ms in the windows' build against 54.23 ms
+    explained)."""
     if explained is None or not explained.step_us.median:
         return None
     moved = given_us / explained.step_us.median - 1.0
-    if abs(moved) <= 2 * explained.step_us.cv:
+    if abs(moved) <= NOISE_SPREADS * explained.step_us.cv:
         return None
     return (f"the step as given ran {given_us / 1e3:.2f} ms in these windows against "
             f"{explained.step_us.median / 1e3:.2f} ms when explained ({100 * moved:+.1f} %): built again, the same "
@@ -702,7 +707,7 @@ def _rebuilt_note(given_us: float, explained: Throughput | None) -> str | None:
 # Each library op is timed this many times in turn at each of a fix's variants, each time in fresh memory, and
 # the fastest kept: alone, one fresh placement of an op's operands can run it 10-16 % slower than the step
 # does (ResNet-50's [256, 256, 56, 56] batch norm at 1.81 ms a call against 1.67 in the step, twice in five
-# runs; UNet's [128, 32, 256, 256] convolution's backward at 8.14 ms against 7.0-7.3, once in six).
+# runs; UNet's [128, 32, 256, 256] convolution's backward at 8.14 ms against 7.0-7.3, once in five).
 LIBRARY_ROUNDS = 2
 # A clock move a fix's note names: clocks move in steps of about 0.8 % at the top of a data-centre card's range.
 CLOCK_MOVE = 0.01
