@@ -63,6 +63,26 @@ def test_a_device_bound_step_is_not_replayed():
     assert host.fitted([r.duration_us for r in records], wall_us=40 * 101.0) is None
 
 
+def test_a_step_that_syncs_is_fitted_though_its_host_runs_ahead_of_most_of_its_kernels():
+    # fp16 training: 4 forward and 4 optimizer kernels of 5 us launched 100 us apart, behind the scaler's sync,
+    # and 12 backward kernels of 1,000 us the host launches 10 us apart, far ahead of them (the median kernel
+    # starts milliseconds after its launch). The host after the sync paces the step, so its scale is the one
+    # that replays the step as timed (at 0.6 of the profiled host); without the sync the same lead says the
+    # launch times follow the device, and nothing is fitted.
+    durations = [5.0] * 4 + [1000.0] * 12 + [5.0] + [5.0] * 4
+    gaps = [100.0] * 4 + [10.0] * 12 + [10.0] + [100.0] * 4
+    phases = {i: "backward" for i in range(4, 17)} | {i: "optimizer" for i in range(17, 21)}
+    records, syncs, window = _step(durations, gaps, sync_after=16, phases=phases)
+    host = queue.build(records, window, syncs, gap_us=1.0)
+    assert host.lead_us > 100 * host.latency_us
+    wall = host.period_us(durations, scale=0.6)
+    assert wall > host.period_us(durations, scale=0.0) * 1.02  # the host's work after the sync shows
+    fitted = host.fitted(durations, wall)
+    assert fitted is not None and fitted.scale == pytest.approx(0.6, rel=0.02)
+    unsynced = queue.build(records, window, [], gap_us=1.0)
+    assert unsynced.fitted(durations, wall) is None
+
+
 def test_removing_a_sync_lets_the_host_run_ahead_of_a_busy_device():
     # 20 launches every 10 us, 30 us kernels, a sync after the last: each step waits for the device to drain,
     # then the host's 200 us of launches start the next one behind an idle device.
