@@ -3,7 +3,9 @@
     python benchmarks/fix_table.py OUT.json EXPLAIN.json [...] [--machine-model RESULTS.json]
 
 EXPLAIN.json files are taken in the order given: a fix a later run measured on the same configuration
-replaces an earlier run's row for it; where one run measured it more than once, the worse row stands.
+replaces an earlier run's row for it; where one run measured it more than once, the worse row stands. A fix
+measured in more than one run is listed with each run's change and error, and one line counts the fixes
+within 25 % in every run that timed them in window pairs.
 
 A fix's error is |predicted - measured| step time as a share of the measured change (baseline -
 measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. A fix timed
@@ -55,7 +57,8 @@ def rows(path: Path, model=None) -> list[dict]:
     trials = doc.get("fixes") or []
     measured_count, position = sum(f["status"] == "measured" for f in trials), 0
     for fix in trials:
-        row = {"workload": workload, "fix": fix["name"], "status": fix["status"], "reason": fix.get("reason", "")}
+        row = {"workload": workload, "fix": fix["name"], "status": fix["status"], "reason": fix.get("reason", ""),
+               "paired": bool(fix.get("paired_savings_us"))}
         base, measured = fix.get("baseline_step_us"), fix.get("measured_step_us")
         after, drift, moved = fix.get("baseline_after_step_us"), 0.0, 1.0
         paired = fix.get("paired_savings_us") or []
@@ -88,6 +91,13 @@ def rows(path: Path, model=None) -> list[dict]:
     return out
 
 
+def _share(row: dict) -> str:
+    """A repeated measurement's error, as a share of its change where the change was beyond the noise."""
+    if row.get("error_share_of_change") is None or not row.get("measurable"):
+        return ""
+    return f" ({100 * row['error_share_of_change']:.0f}%)"
+
+
 def _worse(row: dict, than: dict) -> bool:
     """Whether `row` is the worse of two measurements of one fix in one run: wrong where the other is right,
     else the larger share of its change missed."""
@@ -114,7 +124,7 @@ def main() -> int:
     # A fix measured again on the same configuration in a later run (the runs given in the order they were
     # run) replaces the earlier row, in its place; measured twice in one run, the worse of the two stands.
     latest: dict[tuple[str, str], tuple[str, dict]] = {}
-    repeats: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    repeats: dict[tuple[str, str], list[tuple[str, dict]]] = {}
     for p in args.explains:
         run = _run_of(p)
         for r in rows(p, model):
@@ -122,7 +132,7 @@ def main() -> int:
             if key not in latest or latest[key][0] != run or _worse(r, latest[key][1]):
                 latest[key] = (run, r)
             if "measured_change_ms" in r:
-                repeats.setdefault(key, []).append((run, r["measured_change_ms"]))
+                repeats.setdefault(key, []).append((run, r))
     table = [r for _, r in latest.values()]
     args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     for r in table:
@@ -147,7 +157,19 @@ def main() -> int:
     if again:
         print("measured in more than one run (ms saved per step, at the baseline's batch):")
         for (workload, fix), runs in again.items():
-            print(f"  {workload:40s} {fix:18s} " + ", ".join(f"{run} {change:+.2f}" for run, change in runs))
+            print(f"  {workload:40s} {fix:18s} " + ", ".join(f"{run} {r['measured_change_ms']:+.2f}" + _share(r)
+                                                          for run, r in runs))
+    # Each fix measured beyond the noise, with a prediction, in more than one run timed in window pairs: is it
+    # within 25 % in every one of them, or only in the run the table keeps?
+    paired = {key: [r for _, r in runs if r["paired"] and r.get("measurable") and "right" in r]
+              for key, runs in repeats.items()}
+    paired = {key: rs for key, rs in paired.items() if len(rs) > 1}
+    steady = [key for key, rs in paired.items() if all(r["right"] for r in rs)]
+    if paired:
+        print(f"measured beyond the noise in more than one paired run: {len(paired)} fixes, {len(steady)} within 25 % "
+              "in every one; not: " + ("; ".join(f"{w} {f} {sum(r['right'] for r in paired[(w, f)])} of "
+                                                 f"{len(paired[(w, f)])}" for w, f in paired if (w, f) not in steady)
+                                        or "none"))
     print(f"{len(scored)} fix x workload pairs with a prediction, {sum(r['right'] for r in scored)} right; "
           f"{len(measurable)} with a change beyond the noise, {sum(r['right'] for r in measurable)} of those within "
           "25 % of the measured change")
