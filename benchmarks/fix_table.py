@@ -161,15 +161,15 @@ def main() -> int:
                                                           for run, r in runs))
     # Each fix measured beyond the noise, with a prediction, in more than one run timed in window pairs: is it
     # within 25 % in every one of them, or only in the run the table keeps?
-    paired = {key: [r for _, r in runs if r["paired"] and r.get("measurable") and "right" in r]
-              for key, runs in repeats.items()}
-    paired = {key: rs for key, rs in paired.items() if len(rs) > 1}
-    steady = [key for key, rs in paired.items() if all(r["right"] for r in rs)]
-    if paired:
-        print(f"measured beyond the noise in more than one paired run: {len(paired)} fixes, {len(steady)} within 25 % "
-              "in every one; not: " + ("; ".join(f"{w} {f} {sum(r['right'] for r in paired[(w, f)])} of "
-                                                 f"{len(paired[(w, f)])}" for w, f in paired if (w, f) not in steady)
-                                        or "none"))
+    in_pairs = {key: [r for _, r in runs if r["paired"] and r.get("measurable") and "right" in r]
+                for key, runs in repeats.items()}
+    in_pairs = {key: rs for key, rs in in_pairs.items() if len(rs) > 1}
+    steady = [key for key, rs in in_pairs.items() if all(r["right"] for r in rs)]
+    if in_pairs:
+        unsteady = "; ".join(f"{w} {f} {sum(r['right'] for r in rs)} of {len(rs)}"
+                             for (w, f), rs in in_pairs.items() if (w, f) not in steady)
+        print(f"measured beyond the noise in more than one paired run: {len(in_pairs)} fixes, {len(steady)} "
+              f"within 25 % in every one; not: {unsteady or 'none'}")
     print(f"{len(scored)} fix x workload pairs with a prediction, {sum(r['right'] for r in scored)} right; "
           f"{len(measurable)} with a change beyond the noise, {sum(r['right'] for r in measurable)} of those within "
           "25 % of the measured change")
