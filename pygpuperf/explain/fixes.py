@@ -579,7 +579,9 @@ def _graphed(step: Callable[[], Any], device: torch.device) -> Callable[[], Any]
 
 
 def _apply(name: str, knobs: dict[str, str], target: Target, device: torch.device) -> tuple[Any, Callable[[], Any], int]:
-    """Build the step with the fix: (built workload, the step to time, samples per step)."""
+    """Build the step with the fix: (built workload, the step to time, samples per step). It is built in fresh
+    memory, as the explained step was in its own process, not in the holes another step or a timing left."""
+    release_device_memory(device)
     given = {k: v for k, v in target.knobs.items()}
     batch = target.batch_size
     wrap: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None
@@ -666,7 +668,6 @@ def _host_pace(given: _Given, device: torch.device) -> HostTime | None:
 
 def _open_given(target: Target, device: torch.device, stack: contextlib.ExitStack) -> _Given | None:
     """The step as given, built into `stack` (None where it cannot be built: each fix is then timed alone)."""
-    release_device_memory(device)  # built in fresh memory, as the explained step was in its own process
     try:
         built, step, samples = _apply("", {}, target, device)
     except Exception:  # noqa: BLE001 - the fixes still run, each against the explained baseline
@@ -829,7 +830,6 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
     with _flags_kept() as restored:
         restore = knob_specs.set_global_flags(**user_flags) if user_flags else (lambda: None)
         try:
-            release_device_memory(device)  # not in the holes the library timings above left
             built, step, samples = _apply(name, knobs, target, device)
             with built:
                 if given is not None:
@@ -901,7 +901,6 @@ def _timed_build(target: Target, device: torch.device, measure: Callable[..., Th
     with _flags_kept():
         try:
             name, knobs = ("batch_size", {"batch_size": str(batch)}) if batch else ("", {})
-            release_device_memory(device)
             built, step, samples = _apply(name, knobs, target, device)
             with built:
                 return measure(clock.wrap(step) if clock else step, device, samples).step_us.median
