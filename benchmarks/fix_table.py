@@ -57,11 +57,11 @@ def rows(path: Path, model=None) -> list[dict]:
     trials = doc.get("fixes") or []
     measured_count, position = sum(f["status"] == "measured" for f in trials), 0
     for fix in trials:
+        paired = fix.get("paired_savings_us") or []
         row = {"workload": workload, "fix": fix["name"], "status": fix["status"], "reason": fix.get("reason", ""),
-               "paired": bool(fix.get("paired_savings_us"))}
+               "paired": bool(paired)}
         base, measured = fix.get("baseline_step_us"), fix.get("measured_step_us")
         after, drift, moved = fix.get("baseline_after_step_us"), 0.0, 1.0
-        paired = fix.get("paired_savings_us") or []
         position += fix["status"] == "measured"  # its place among the measured fixes, in the order they ran
         if paired and base and explained:
             moved = base / explained

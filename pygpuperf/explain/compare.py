@@ -88,7 +88,7 @@ def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanatio
 
     explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
     for name, keys in HOST_TIME_KEYS.items():
-        setattr(explanation, name, HostTime.from_doc(doc, *keys))
+        setattr(explanation, name, HostTime.from_doc(doc, keys))
     timed = doc.get("batch_norm_timing")
     if timed:
         from pygpuperf.explain.norms import NormTiming

@@ -727,11 +727,10 @@ class _Windows:
     fixed_w: list[float] = field(default_factory=list)
 
     def add(self, is_given: bool, timed: Throughput) -> None:
-        for series, value in ((self.given if is_given else self.fixed, timed.step_us.median),
-                              (self.given_mhz if is_given else self.fixed_mhz, timed.sm_clock_mhz),
-                              (self.given_w if is_given else self.fixed_w, timed.power_w)):
+        side = "given" if is_given else "fixed"
+        for suffix, value in (("", timed.step_us.median), ("_mhz", timed.sm_clock_mhz), ("_w", timed.power_w)):
             if value is not None:
-                series.append(value)
+                getattr(self, side + suffix).append(value)
 
     def clock_note(self) -> str | None:
         """The clock and power of each side's windows, where the device reported both for every window."""

@@ -27,8 +27,8 @@ OTHER = "other"
 KERNEL_CLASSES = (TENSOR_GEMM, VECTOR_MATH, MEMORY_BOUND, LAYOUT, MEMCPY, COMMUNICATION, OTHER)
 
 PHASES = ("forward", "backward", "optimizer", "other")
-# Where explain.json keeps each HostTime of an Explanation: its field, then the document's keys for the step's
-# time, the optimizer's share and the backward's.
+# Where explain.json keeps each HostTime of an Explanation: its field, then the document's key for each of
+# HostTime's fields in order (the step's time, the optimizer's share, the backward's).
 HOST_TIME_KEYS = {"host_at_batch_one": ("batch_one_step_us", "batch_one_optimizer_us", "batch_one_backward_us"),
                   "host_at_batch": ("host_step_us", "host_optimizer_us", "host_backward_us")}
 
@@ -182,12 +182,14 @@ class HostTime:
     backward_us: float | None = None
 
     @staticmethod
-    def from_doc(doc: Mapping[str, Any], step_key: str, *part_keys: str) -> "HostTime | None":
-        step = doc.get(step_key)
-        if not isinstance(step, (int, float)):
-            return None
-        parts = [doc.get(k) for k in part_keys]
-        return HostTime(float(step), *(float(v) if isinstance(v, (int, float)) else None for v in parts))
+    def from_doc(doc: Mapping[str, Any], keys: tuple[str, ...]) -> "HostTime | None":
+        """From a document's `keys`, one per field in order (see :data:`HOST_TIME_KEYS`); None without the step's."""
+        values = [float(v) if isinstance(v, (int, float)) else None for v in (doc.get(k) for k in keys)]
+        return HostTime(*values) if values[0] is not None else None
+
+    def to_doc(self, keys: tuple[str, ...]) -> dict[str, float]:
+        """The fields under `keys`, in order, those measured."""
+        return {key: value for key, value in zip(keys, dataclasses.astuple(self)) if value is not None}
 
 
 @dataclass
@@ -240,7 +242,7 @@ class Explanation:
             **({"matmul_timing": [t.to_dict() for t in self.matmul_timings]} if self.matmul_timings else {}),
             **({"attention_timing": [t.to_dict() for t in self.attention_timings]} if self.attention_timings else {}),
             **{key: value for name, keys in HOST_TIME_KEYS.items() if (host := getattr(self, name)) is not None
-               for key, value in zip(keys, (host.step_us, host.optimizer_us, host.backward_us)) if value is not None},
+               for key, value in host.to_doc(keys).items()},
         }
 
 

@@ -41,6 +41,7 @@ def held_clock_reasons(reasons: Iterable[str]) -> list[str]:
     """The reasons that held the clock back (power cap, thermal slowdown, ...), in order, without the benign ones."""
     return [r for r in reasons if r not in BENIGN_CLOCK_REASONS]
 
+
 _init_lock = threading.Lock()
 _initialized = False
 
