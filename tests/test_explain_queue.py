@@ -83,6 +83,28 @@ def test_a_step_that_syncs_is_fitted_though_its_host_runs_ahead_of_most_of_its_k
     assert unsynced.fitted(durations, wall) is None
 
 
+def test_a_step_that_syncs_is_fitted_no_slower_than_its_host_and_the_rest_goes_to_the_sync():
+    # A device-bound fp16 step: 12 backward kernels of 1,000 us launched 700 us apart, the scaler's sync, then a
+    # host-paced optimizer and forward. It ran 1.2 ms above its replay at 0.3 of the profiled host, and its host
+    # was timed at 0.3 of it. Fitted to the step's time alone, the host would take 1.05 of its profiled work
+    # (9.8 ms a step): halving the backward's kernels would leave a host-bound 10.3 ms step. At most the timed
+    # host, the rest returns later from the sync: halved, the device's 6.1 ms and what the sync exposes.
+    durations = [5.0] * 4 + [1000.0] * 12 + [5.0] + [5.0] * 4
+    gaps = [100.0] * 4 + [700.0] * 12 + [10.0] + [100.0] * 4
+    phases = {i: "backward" for i in range(4, 17)} | {i: "optimizer" for i in range(17, 21)}
+    records, syncs, window = _step(durations, gaps, sync_after=16, phases=phases)
+    host = queue.build(records, window, syncs, gap_us=1.0)
+    wall = host.period_us(durations, scale=0.3) + 1200.0
+    unbounded = host.fitted(durations, wall)
+    bounded = host.fitted(durations, wall, host_us=0.3 * host.host_work_us())
+    assert unbounded.scale == pytest.approx(1.05, rel=0.02) and bounded.scale == pytest.approx(0.3)
+    assert bounded.period_us(durations) == pytest.approx(wall, rel=1e-6)  # the step as timed, replayed
+    halved = [d / 2 if d > 100 else d for d in durations]
+    device_only = host.period_us(halved, scale=0.0)
+    assert unbounded.period_us(halved) > device_only + 4000.0
+    assert bounded.period_us(halved) == pytest.approx(wall - 6000.0, rel=0.01)  # the sync still costs the same
+
+
 def test_removing_a_sync_lets_the_host_run_ahead_of_a_busy_device():
     # 20 launches every 10 us, 30 us kernels, a sync after the last: each step waits for the device to drain,
     # then the host's 200 us of launches start the next one behind an idle device.

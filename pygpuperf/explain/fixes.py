@@ -296,7 +296,7 @@ def _queued(priced: _Priced, deltas: Sequence[float],
     now = priced.exclusive
     e = priced.explanation
     pace = e.host_at_batch or e.host_at_batch_one  # the host's pace at the step's batch, else at batch 1
-    host = host.fitted(now, step.timeline.wall_us) or (
+    host = host.fitted(now, step.timeline.wall_us, pace.step_us if pace else None) or (
         host.paced(now, step.timeline.wall_us, pace.step_us, pace.optimizer_us) if pace else None)
     if host is None:
         return None
