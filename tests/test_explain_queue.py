@@ -29,6 +29,15 @@ def _step(durations, host_gap_us, sync_after=None, ops=None, phases=None, latenc
     return records, syncs, (0.0, max(host + gaps[-1], device))
 
 
+def _fp16_step(backward_gap_us):
+    """An fp16 training step: 4 forward kernels of 5 us launched 100 us apart, 12 backward kernels of 1,000 us
+    launched `backward_gap_us` apart, the scaler's sync, then 4 optimizer kernels of 5 us 100 us apart."""
+    durations = [5.0] * 4 + [1000.0] * 12 + [5.0] + [5.0] * 4
+    gaps = [100.0] * 4 + [backward_gap_us] * 12 + [10.0] + [100.0] * 4
+    phases = {i: "backward" for i in range(4, 17)} | {i: "optimizer" for i in range(17, 21)}
+    return (durations, *_step(durations, gaps, sync_after=16, phases=phases))
+
+
 def _explanation(records, syncs, window, wall_us, amp="fp16"):
     line = Timeline(wall_us=wall_us, busy_us=sum(r.duration_us for r in records),
                     idle=Idle(host_bound_us=wall_us - sum(r.duration_us for r in records),
@@ -69,10 +78,7 @@ def test_a_step_that_syncs_is_fitted_though_its_host_runs_ahead_of_most_of_its_k
     # starts milliseconds after its launch). The host after the sync paces the step, so its scale is the one
     # that replays the step as timed (at 0.6 of the profiled host); without the sync the same lead says the
     # launch times follow the device, and nothing is fitted.
-    durations = [5.0] * 4 + [1000.0] * 12 + [5.0] + [5.0] * 4
-    gaps = [100.0] * 4 + [10.0] * 12 + [10.0] + [100.0] * 4
-    phases = {i: "backward" for i in range(4, 17)} | {i: "optimizer" for i in range(17, 21)}
-    records, syncs, window = _step(durations, gaps, sync_after=16, phases=phases)
+    durations, records, syncs, window = _fp16_step(backward_gap_us=10.0)
     host = queue.build(records, window, syncs, gap_us=1.0)
     assert host.lead_us > 100 * host.latency_us
     wall = host.period_us(durations, scale=0.6)
@@ -89,10 +95,7 @@ def test_a_step_that_syncs_is_fitted_no_slower_than_its_host_and_the_rest_goes_t
     # was timed at 0.3 of it. Fitted to the step's time alone, the host would take 1.05 of its profiled work
     # (9.8 ms a step): halving the backward's kernels would leave a host-bound 10.3 ms step. At most the timed
     # host, the rest returns later from the sync: halved, the device's 6.1 ms and what the sync exposes.
-    durations = [5.0] * 4 + [1000.0] * 12 + [5.0] + [5.0] * 4
-    gaps = [100.0] * 4 + [700.0] * 12 + [10.0] + [100.0] * 4
-    phases = {i: "backward" for i in range(4, 17)} | {i: "optimizer" for i in range(17, 21)}
-    records, syncs, window = _step(durations, gaps, sync_after=16, phases=phases)
+    durations, records, syncs, window = _fp16_step(backward_gap_us=700.0)
     host = queue.build(records, window, syncs, gap_us=1.0)
     wall = host.period_us(durations, scale=0.3) + 1200.0
     unbounded = host.fitted(durations, wall)

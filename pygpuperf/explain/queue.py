@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pygpuperf.explain.model import KernelRecord
@@ -145,21 +145,23 @@ class HostQueue:
         short = wall_us - self.period_us(durations)
         if short <= 0:
             return self
-        lo, hi = 0.0, short  # a step's syncs return later by at most what the replay falls short
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if later(mid).period_us(durations) <= wall_us else (lo, mid)
-        return later(lo)
+        # a step's syncs return later by at most what the replay falls short
+        return later(_largest_within(lambda extra: later(extra).period_us(durations) <= wall_us, short))
 
     def _scaled_within(self, durations: Sequence[float], limit_us: float, most: float) -> HostQueue:
         """This queue at the largest host scale up to `most` whose replay takes at most `limit_us` (bisected)."""
-        if self.period_us(durations, most) <= limit_us:
-            return replace(self, scale=most)
-        lo, hi = 0.0, most
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if self.period_us(durations, mid) <= limit_us else (lo, mid)
-        return replace(self, scale=lo)
+        return replace(self, scale=_largest_within(lambda scale: self.period_us(durations, scale) <= limit_us, most))
+
+
+def _largest_within(fits: Callable[[float], bool], most: float) -> float:
+    """The largest x in [0, most] for which `fits(x)` holds, `fits` holding below any x where it holds (bisected)."""
+    if fits(most):
+        return most
+    lo, hi = 0.0, most
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 def build(records: Sequence[KernelRecord], window_us: tuple[float, float] | None,
