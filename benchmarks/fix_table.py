@@ -14,7 +14,8 @@ the larger of twice the baseline's CV and twice the standard error of its window
 where the step as given was timed again after the fixes, each fix's baseline is interpolated between the two
 timings in the order the fixes ran, and the noise is the larger of twice the baseline's CV and the
 baseline's own move (the card's drift). A prediction moves with the baseline (times the fix's baseline over
-the explained one). A change within the noise is "no measurable change": a
+the explained one), and a paired fix's prediction with the clock its fixed windows ran at (the share of the
+step at the clock's pace moved by the two sides' clock ratio). A change within the noise is "no measurable change": a
 prediction then counts as right when it is as close to the measurement as the noise. With --machine-model the predictions are made again from
 each recorded profile by the current kernel model (the measurements are as recorded).
 """
@@ -27,6 +28,7 @@ import math
 import re
 import statistics
 from pathlib import Path
+from typing import Callable
 
 from pygpuperf.core import documents
 from pygpuperf.explain import explainer, fixes
@@ -34,13 +36,31 @@ from pygpuperf.explain.compare import load_explanation
 from pygpuperf.workloads import WORKLOADS
 
 
-def _repredicted(path: Path, model) -> dict[str, float | None]:
+AtClock = Callable[[float, float, float], float]  # (prediction, given MHz, fixed MHz) -> the prediction moved
+
+
+def _repredicted(path: Path, model) -> tuple[dict[str, float | None], AtClock]:
+    """Each fix's prediction by the current kernel model, and the function moving a prediction from the given
+    windows' clock to the fixed windows' on this profile (:func:`fixes.at_clock`)."""
     e = load_explanation(path)
     explainer.explain_again(e, model)  # sets the causes and their fixes
     samples = e.throughput.samples_per_step if e.throughput else None
     built_in = e.settings.get("workload") in WORKLOADS  # its own graph build fuses the optimizer
-    return {f.name: fixes.predicted_step(e, model, f.name, f.knobs, samples, graph_fuses_optimizer=built_in)
-            for f in e.fixes}
+    predictions = {f.name: fixes.predicted_step(e, model, f.name, f.knobs, samples, graph_fuses_optimizer=built_in)
+                   for f in e.fixes}
+    return predictions, lambda predicted, given, fixed: fixes.at_clock(e, model, predicted, given, fixed)
+
+
+def _at_fixed_clock(fix: dict, predicted: float, at_clock: AtClock | None) -> float:
+    """A paired fix's prediction at its fixed windows' clock, where both sides' clocks were recorded: moved by
+    the current kernel model when it re-predicts (`at_clock`), else by the run's own record of it."""
+    given, fixed = fix.get("given_windows_mhz"), fix.get("fixed_windows_mhz")
+    if not given or not fixed:
+        return predicted
+    if at_clock is not None:
+        return at_clock(predicted, statistics.median(given), statistics.median(fixed))
+    recorded, at = fix.get("predicted_step_us"), fix.get("predicted_at_fixed_clock_us")
+    return predicted * at / recorded if at and recorded else predicted
 
 
 def rows(path: Path, model=None) -> list[dict]:
@@ -52,7 +72,7 @@ def rows(path: Path, model=None) -> list[dict]:
         workload = workload + " " + given[len(workload) + 1:].replace("_", " ")
     explained_step = (doc.get("throughput") or {}).get("step_us") or {}
     cv, explained = explained_step.get("cv") or 0.0, explained_step.get("median")
-    again = _repredicted(path, model) if model is not None else {}
+    again, at_clock = _repredicted(path, model) if model is not None else ({}, None)
     out = []
     trials = doc.get("fixes") or []
     measured_count, position = sum(f["status"] == "measured" for f in trials), 0
@@ -73,6 +93,8 @@ def rows(path: Path, model=None) -> list[dict]:
             base, moved = interpolated, interpolated / base
         predicted = again.get(fix["name"], fix.get("predicted_step_us")) if model is not None else fix.get("predicted_step_us")
         predicted = predicted * moved if predicted is not None else None  # the prediction moves with the card
+        if predicted is not None and paired:  # and with the clock its fixed windows ran at
+            predicted = _at_fixed_clock(fix, predicted, at_clock)
         for side in ("given", "fixed"):  # the clock each side's windows ran at, where the device reported it
             if fix.get(f"{side}_windows_mhz"):
                 row[f"{side}_mhz"] = statistics.median(fix[f"{side}_windows_mhz"])

@@ -239,8 +239,14 @@ def test_each_window_keeps_the_clock_and_power_it_ran_at_and_the_fix_says_both_s
                             measure=measure)[0]
     assert trial.given_windows_mhz == [1785.0] * 4 and trial.fixed_windows_mhz == [1740.0] * 4
     assert trial.fixed_windows_w == [700.0] * 4
-    assert "1,785 MHz at 688 W in the given step's windows, 1,740 MHz at 700 W in the fixed step's" in trial.notes[-1]
-    assert "ran 2.5 % below the given step's clock" in trial.notes[-1]
+    clock = next(n for n in trial.notes if "in the given step's windows" in n)
+    assert "1,785 MHz at 688 W in the given step's windows, 1,740 MHz at 700 W in the fixed step's" in clock
+    assert "ran 2.5 % below the given step's clock" in clock
+    # Its one kernel has no ceiling (all of it at the clock's pace) and the step cannot be replayed: the
+    # kernel's 100 us of the 150 us step take 1785 / 1740 as long.
+    slower = 1 + 100 / 150 * (1785 / 1740 - 1)
+    assert trial.predicted_at_fixed_clock_us == pytest.approx(trial.predicted_step_us * slower)
+    assert f"predicts {trial.predicted_at_fixed_clock_us / 1e3:.2f} ms" in trial.notes[-1]
     one_step = fixes._Windows([100.0], [90.0], [1965.0], [1950.0], [690.0], [700.0]).clock_note()
     assert one_step is not None and "below" not in one_step  # one 15 MHz step is within the clock's own jitter
     e.fixes = [trial]
@@ -253,6 +259,7 @@ def test_each_window_keeps_the_clock_and_power_it_ran_at_and_the_fix_says_both_s
     silent = fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
                              only=["tf32"], measure=_timed(100.0))[0]
     assert silent.given_windows_mhz == [] and not any("MHz" in note for note in silent.notes)
+    assert silent.predicted_at_fixed_clock_us is None
 
 
 def test_every_build_and_every_window_starts_in_fresh_memory(monkeypatch):

@@ -225,3 +225,33 @@ def test_an_optimizer_timed_at_batch_one_paces_its_own_launches_after_an_added_s
     assert at_batch - split >= 20 * 10.0 - 20.0
     host = queue.build(records, window, syncs, gap_us=1.0).paced(durations, 20 * 401.0 + 20 * 6.0, 1000.0, 800.0)
     assert host.scale * host.optimizer_ratio == pytest.approx(800.0 / (20 * 50.0))
+
+
+def _at_clock_step(records, wall_us, idle_us=0.0):
+    line = Timeline(wall_us=wall_us, busy_us=wall_us - idle_us, idle=Idle(host_bound_us=idle_us))
+    step = ExplainedStep(0, records, line, Waterfall(0.0, {}, wall_us, 0.0, 1.0), [])
+    return Explanation("cuda", [step], step, {}, Throughput(Stats.of([wall_us] * 3), 8), {})
+
+
+def test_a_prediction_at_a_lower_clock_moves_the_compute_and_the_time_above_main_memorys_pace_only():
+    """A kernel held to compute runs at the clock's pace; one held to main memory at its bytes ÷ bandwidth
+    runs at the memory's, and only what it runs above that follows the clock; a transfer over a link does not."""
+    def kernel(start, ceiling, bound_us, fixed_us=0.0):
+        return KernelRecord(name=ceiling, start_us=start, duration_us=100.0, ceiling=ceiling, bound_us=bound_us,
+                            fixed_us=fixed_us)
+    records = [kernel(0.0, "compute:tensor.fp16.acc32", 90.0), kernel(100.0, "memory:dram", 100.0),
+               kernel(200.0, "memory:dram", 55.0, fixed_us=5.0), kernel(300.0, "links:h2d.pinned", 100.0),
+               kernel(400.0, "memory:l2", 100.0)]
+    e = _at_clock_step(records, wall_us=500.0)
+    # At 1,800 MHz against 1,980 each µs at the clock's pace takes 1.1 µs: 100 + 0 + 50 + 0 + 100 of them.
+    assert fixes.at_clock(e, _model(), 400.0, 1980.0, 1800.0) == pytest.approx(400.0 * (500.0 + 25.0) / 500.0)
+    assert fixes.at_clock(e, _model(), 400.0, 1980.0, 1980.0) == 400.0
+
+
+def test_a_host_paced_step_keeps_its_time_at_a_lower_clock():
+    """Kernels of 5 µs launched 20 µs apart wait on the host: 10 % slower kernels leave the step as it is."""
+    records, syncs, window = _step([5.0] * 40, host_gap_us=20.0)
+    e = _explanation(records, syncs, window, wall_us=0.6 * 820.0)
+    summed = 0.6 * 820.0 + 40 * 5.0 * (1980.0 / 1800.0 - 1)  # what the kernels' own changes add up to
+    moved = fixes.at_clock(e, _model(), 0.6 * 820.0, 1980.0, 1800.0)
+    assert moved == pytest.approx(0.6 * 820.0, rel=0.01) and moved < summed - 10.0
