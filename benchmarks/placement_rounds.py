@@ -1,0 +1,84 @@
+"""Do the rounds of a library timing see different placements of their operands? One convolution shape of a
+profiled step timed several times at its batch and at twice it, each time after the allocator's cache is released
+(as --try-fixes does between its rounds), then each time with a spacer of another size held in device memory,
+with the address a tensor of the input's size gets just before each timing.
+
+    python benchmarks/placement_rounds.py EXPLAIN.json OUT.json [--rounds 6] [--input 64,32,256,256]
+        [--weight 32,32,3,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+import torch
+
+from pygpuperf.core import torch_flags
+from pygpuperf.explain import convs, dtype_timing
+from pygpuperf.explain.compare import load_explanation
+from pygpuperf.workloads.recipe import release_device_memory
+
+SPACER_MIB = 257  # an odd size: each round's operands start at another offset
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("explain", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--input", type=_ints, default=[64, 32, 256, 256])
+    parser.add_argument("--weight", type=_ints, default=[32, 32, 3, 3])
+    args = parser.parse_args()
+    e = load_explanation(args.explain)
+    records = e.median.kernels
+    shape = next(s for s in convs.conv_shapes(records) if s.input == args.input and s.weight == args.weight)
+    search, tf32 = convs._library_settings(records) or (False, True)
+    restores = [torch_flags.set_attribute(torch.backends.cudnn, "benchmark", search), torch_flags.set_cudnn_tf32(tf32)]
+    device = torch.device("cuda")
+    dtype = convs.step_dtype(records)
+    rows = []
+    try:
+        for spaced in (False, True):
+            for n in range(args.rounds):
+                for scale in (1.0, 2.0):
+                    release_device_memory(device)
+                    spacer = (torch.empty((n + 1) * SPACER_MIB << 20, dtype=torch.uint8, device=device)
+                              if spaced else None)
+                    elements = math.prod([round(shape.input[0] * scale), *shape.input[1:]])
+                    probe = torch.empty(elements, dtype=torch.float32, device=device)
+                    address = probe.data_ptr()
+                    del probe
+                    timing = convs.time_conv(shape, True, device, dtypes=[dtype], scale=scale)
+                    rows.append({"spaced": spaced, "round": n, "scale": scale, "address": hex(address),
+                                 "us": timing.us})
+                    del spacer
+    finally:
+        for restore in reversed(restores):
+            restore()
+    summary = {}
+    for spaced in (False, True):
+        for scale in (1.0, 2.0):
+            total = [r["us"][dtype_timing.variant(dtype, scale, "")]
+                     for r in rows if r["spaced"] == spaced and r["scale"] == scale]
+            key = f"{'spaced' if spaced else 'released'} x{scale:g}"
+            summary[key] = {"us": total, "median": statistics.median(total),
+                            "spread": (max(total) - min(total)) / min(total),
+                            "addresses": sorted({r["address"] for r in rows
+                                                 if r["spaced"] == spaced and r["scale"] == scale})}
+            print(f"{key:14s} {min(total) / 1e3:7.3f}-{max(total) / 1e3:7.3f} ms fwd+bwd, spread "
+                  f"{100 * summary[key]['spread']:.1f} %, {len(summary[key]['addresses'])} addresses")
+    args.out.write_text(json.dumps({"shape": shape.__dict__, "dtype": dtype, "rows": rows, "summary": summary},
+                                   indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
