@@ -191,21 +191,31 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
     from pygpuperf.explain.model import Throughput
     from pygpuperf.workloads import BuiltWorkload
 
-    asked = []
+    asked, behind, held = [], [], [0]
 
     def timed(records, training, device, samples=20, dtypes=(), scale=1.0, layout=""):
         asked.append((tuple(dtypes), scale))
+        behind.append(held[-1])
         return [_timing({dtype_timing.variant(d, scale): 10.0 * (1.5 if scale == 2 else 1.0) for d in dtypes})]
 
     monkeypatch.setattr(fixes, "_LIBRARY_FAMILIES", tuple(
         (what, attr, timed if attr == "conv_timings" else time_all, dtype_of, ratios)
         for what, attr, time_all, dtype_of, ratios in fixes._LIBRARY_FAMILIES))
+    real_spacer = fixes._spacer
+
+    def spacer(device, size):  # the memory each round holds aside while it times
+        held.append(size)
+        return real_spacer(device, size)
+
+    monkeypatch.setattr(fixes, "_spacer", spacer)
     e.conv_timings, e.throughput = [], Throughput(Stats.of([100.0] * 3), 8)
     target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 8, {}), lambda k: True, 8)
     trial = fixes.try_fixes(e, model, target, "cuda", only=["batch_size"],
                             measure=lambda step, device, samples, **_: Throughput(Stats.of([10.0 if samples == 1 else 160.0] * 3),
                                                                              samples))[0]
     assert asked == [(("fp16",), 1.0), (("fp16",), 2.0)] * fixes.LIBRARY_ROUNDS
+    # Released memory comes back in the same places: each round after the first times behind more held aside.
+    assert behind[:2] == [0, 0] and len(set(behind)) == fixes.LIBRARY_ROUNDS and behind == sorted(behind)
     assert trial.predicted_step_us == pytest.approx(150.0)
     assert "convolutions: 1 shapes timed at batch 8 and 16 on this device; the step's convolutions 0.10 → 0.15 ms " \
            "at batch 16" in trial.notes

@@ -743,7 +743,11 @@ def _rebuilt_note(given_us: float, explained: Throughput | None) -> str | None:
 # the fastest kept: alone, one fresh placement of an op's operands can run it 10-16 % slower than the step
 # does (ResNet-50's [256, 256, 56, 56] batch norm at 1.81 ms a call against 1.67 in the step, twice in five
 # runs; UNet's [128, 32, 256, 256] convolution's backward at 8.14 ms against 7.0-7.3, once in five).
-LIBRARY_ROUNDS = 2
+LIBRARY_ROUNDS = 3
+# Released memory is handed out again in the same places, so each round after the first holds this much
+# more device memory aside while it times: UNet's [128, 32, 256, 256] x [32, 32, 3, 3] convolution ran
+# 8.54-8.56 ms in six released rounds on an H200, 8.22-8.53 behind spacers of other sizes.
+ROUND_SPACER_BYTES = 257 << 20
 # A clock move a fix's note names: clocks move in steps of about 0.8 % at the top of a data-centre card's range.
 CLOCK_MOVE = 0.01
 
@@ -925,20 +929,37 @@ def _time_library_ops(explanation: Explanation, device: torch.device, scale: flo
                       and not any(dtype_timing.variant(k, s, lay) in t.us for t in timings)]
             if dtypes:
                 to_time[(at, laid)] = dtypes
-        for _ in range(LIBRARY_ROUNDS if device.type != "cpu" else 1):
+        for round_ in range(LIBRARY_ROUNDS if device.type != "cpu" else 1):
             for (at, laid), dtypes in to_time.items():
                 # Operands in fresh memory, as in a process of their own: placed in the pools the explained
                 # step left, UNet's [64, 32, 256, 256] x [32, 32, 3, 3] backward's kernels ran 8 % slower (3.99
                 # ms against 3.70 on one H200), and its batch ratio came out 1.82 where the steps' own kernels
                 # grew 1.85-1.99x.
                 release_device_memory(device)
-                try:
-                    laid_out = {"layout": laid} if laid else {}  # only the layout families take one
-                    timings = dtype_timing.merged(timings, time_all(records, training, device, dtypes=dtypes,
-                                                                    scale=at, **laid_out))
-                except RuntimeError:  # out of memory for its tensors: the fix is then priced without it
-                    continue
+                with _spacer(device, round_ * ROUND_SPACER_BYTES):
+                    try:
+                        laid_out = {"layout": laid} if laid else {}  # only the layout families take one
+                        timings = dtype_timing.merged(timings, time_all(records, training, device, dtypes=dtypes,
+                                                                        scale=at, **laid_out))
+                    except RuntimeError:  # out of memory for its tensors: the fix is then priced without it
+                        continue
         setattr(explanation, attr, timings)
+
+
+@contextlib.contextmanager
+def _spacer(device: torch.device, size: int) -> Iterator[None]:
+    """`size` bytes of device memory held while the block runs, so that its allocations land elsewhere than a
+    round's before; none where the device has no room for it."""
+    held = None
+    if size > 0:
+        try:
+            held = torch.empty(size, dtype=torch.uint8, device=device)
+        except RuntimeError:  # out of memory: this round times where the last did
+            held = None
+    try:
+        yield
+    finally:
+        del held
 
 
 def _timed_build(target: Target, device: torch.device, measure: Callable[..., Throughput],
