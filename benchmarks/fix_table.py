@@ -23,6 +23,7 @@ each recorded profile by the current kernel model (the measurements are as recor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -46,8 +47,12 @@ def _repredicted(path: Path, model) -> tuple[dict[str, float | None], AtClock]:
     explainer.explain_again(e, model)  # sets the causes and their fixes
     samples = e.throughput.samples_per_step if e.throughput else None
     built_in = e.settings.get("workload") in WORKLOADS  # its own graph build fuses the optimizer
-    predictions = {f.name: fixes.predicted_step(e, model, f.name, f.knobs, samples, graph_fuses_optimizer=built_in)
-                   for f in e.fixes}
+    predictions = {}
+    for f in e.fixes:  # at the host's pace beside its windows, where that was timed
+        host = fixes.windows_host(f)
+        with fixes.host_paced_at(e, host) if host else contextlib.nullcontext(e) as paced:
+            predictions[f.name] = fixes.predicted_step(paced, model, f.name, f.knobs, samples,
+                                                       graph_fuses_optimizer=built_in)
     return predictions, lambda predicted, given, fixed: fixes.at_clock(e, model, predicted, given, fixed)
 
 
@@ -91,7 +96,8 @@ def rows(path: Path, model=None) -> list[dict]:
             drift = abs(after - base)
             interpolated = base + (after - base) * position / (measured_count + 1)
             base, moved = interpolated, interpolated / base
-        predicted = again.get(fix["name"], fix.get("predicted_step_us")) if model is not None else fix.get("predicted_step_us")
+        recorded = fix.get("predicted_at_windows_host_us") or fix.get("predicted_step_us")
+        predicted = again.get(fix["name"], recorded) if model is not None else recorded
         predicted = predicted * moved if predicted is not None else None  # the prediction moves with the card
         if predicted is not None and paired:  # and with the clock its fixed windows ran at
             predicted = _at_fixed_clock(fix, predicted, at_clock)

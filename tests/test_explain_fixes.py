@@ -1,6 +1,7 @@
 """--try-fixes: each fix applied and timed, failures reported not raised, torch's flags put back."""
 
 import json
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -427,3 +428,45 @@ def test_the_hosts_own_pace_is_timed_at_batch_one_and_at_the_steps_batch_and_kep
     fixes.try_fixes(synced, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
                     measure=measure)
     assert synced.host_at_batch is None and synced.host_at_batch_one.optimizer_us is not None
+
+
+def test_the_hosts_pace_is_timed_again_beside_each_window_pair_and_the_fix_predicted_at_it(tmp_path, monkeypatch):
+    """The host's speed drifts over seconds (gpt-100m on an H200's host: 20-32 ms a step after a drain within
+    30 s): where a prediction paces the host by its own time, that time is taken again before each window pair,
+    and the fix is predicted again at its median, the explanation's own pace left as it was."""
+    build, measure, _ = _kinds_timed({"batch1": [1500.0], "tf32": [130.0], "given": [150.0]})
+    calls = []
+
+    def build_slowing(batch, knobs):  # as given, its host takes 2 ms a step, then 5 ms once the fixes run
+        built = build(batch, knobs)
+        if batch in (None, 4) and not knobs:
+            return BuiltWorkload(lambda: (built.step(), calls.append(1), time.sleep(0.002 if len(calls) <= 18
+                                                                                   else 0.005)), 4, {})
+        return built
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # no device here to drain
+    real = fixes._predicted
+    def predicted(step, name, *args):  # the fix's prediction: set by the host's pace
+        host = step.explanation.host_at_batch
+        return real(step, name, *args) if name != "tf32" else 1000.0 + (host.step_us if host else 0.0)
+    monkeypatch.setattr(fixes, "_predicted", predicted)
+    e = _explanation("cuda:0")
+    trial = fixes.try_fixes(e, _model(), fixes.Target(build_slowing, lambda k: True, 4), "cuda", only=["tf32"],
+                            measure=measure)[0]
+    assert 2000.0 <= e.host_at_batch.step_us < 3000.0  # timed before the fixes, and left so
+    assert len(trial.windows_host_step_us) == fixes.PAIRED["other"][0]
+    assert all(5000.0 <= us < 6500.0 for us in trial.windows_host_step_us)
+    assert trial.predicted_step_us == pytest.approx(1000.0 + e.host_at_batch.step_us)
+    beside = statistics.median(trial.windows_host_step_us)
+    assert trial.predicted_at_windows_host_us == pytest.approx(1000.0 + beside)
+    assert "beside these windows" in trial.notes[-1] and f"{trial.predicted_at_windows_host_us / 1e3:.2f} ms" in \
+        trial.notes[-1]
+    e.fixes = [trial]
+    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
+    back = compare.load_explanation(tmp_path)  # the schema takes them
+    assert back.fixes[0].windows_host_step_us == trial.windows_host_step_us
+    # A step whose host pace was not timed (a step that syncs) times none beside its windows either.
+    synced = _explanation("cuda:0")
+    synced.median.syncs = [(10.0, 20.0)]
+    quiet = fixes.try_fixes(synced, _model(), fixes.Target(build_slowing, lambda k: True, 4), "cuda", only=["tf32"],
+                            measure=measure)[0]
+    assert quiet.windows_host_step_us == [] and quiet.predicted_at_windows_host_us is None

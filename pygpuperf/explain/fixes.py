@@ -49,6 +49,10 @@ PAIRED = {"cpu": (2, 1, 2), "other": (4, 2, 8)}
 # MAX_WINDOW_STEPS): eight 9 ms steps (gpt-tiny on an H200) spread its batch fix's window pairs over
 # 0.90-2.59 ms saved.
 MIN_WINDOW_S, MAX_WINDOW_STEPS = 0.25, 100
+# Where a prediction paces the host by its own time per step, that time is taken again over this many steps
+# before each window pair: gpt-100m's host after a drain ran 20.0-32.0 ms a step over twelve rounds in 30 s on
+# an H200's host, and its fp16 fix's extra time followed it (3.3-7.6 ms, r = 0.80).
+HOST_PACE_STEPS = 4
 
 
 @dataclass
@@ -83,6 +87,13 @@ class FixTrial:
     # Where both sides' clocks are known and differ: the prediction with the step's time at the clock's pace
     # moved to the fixed windows' clock (:func:`at_clock`).
     predicted_at_fixed_clock_us: float | None = None
+    # Where the prediction paces the host's launches by its own time at the step's batch: that time (µs), and
+    # of it the optimizer's step and the backward calls, timed before each window pair (the host's pace drifts
+    # over seconds), and the prediction at their medians.
+    windows_host_step_us: list[float] = field(default_factory=list)
+    windows_host_optimizer_us: list[float] = field(default_factory=list)
+    windows_host_backward_us: list[float] = field(default_factory=list)
+    predicted_at_windows_host_us: float | None = None
     notes: list[str] = field(default_factory=list)
 
     def _per_sample(self, us: float | None, samples: int | None) -> float | None:
@@ -105,6 +116,8 @@ class FixTrial:
             f" at batch {self.samples_per_step} (per-sample speedup {self.speedup:.2f}x)"
         predicted = f"predicted {self.predicted_step_us / 1e3:.2f} ms, " if self.predicted_step_us is not None else \
             "no prediction, "
+        if self.predicted_at_windows_host_us is not None:
+            predicted += f"{self.predicted_at_windows_host_us / 1e3:.2f} at the windows' host pace, "
         if self.predicted_at_fixed_clock_us is not None:
             predicted += f"{self.predicted_at_fixed_clock_us / 1e3:.2f} at the fixed step's clock, "
         return (f"  {self.what:34s} {self.baseline_step_us / 1e3:.2f} → {self.measured_step_us / 1e3:.2f} ms "
@@ -763,6 +776,7 @@ class _Windows:
     fixed_mhz: list[float] = field(default_factory=list)
     given_w: list[float] = field(default_factory=list)
     fixed_w: list[float] = field(default_factory=list)
+    host: list[HostTime] = field(default_factory=list)  # the given step's host pace before each pair, where timed
 
     def add(self, is_given: bool, timed: Throughput) -> None:
         side = "given" if is_given else "fixed"
@@ -790,6 +804,9 @@ class _Windows:
         trial.given_windows_us, trial.fixed_windows_us = self.given, self.fixed
         trial.given_windows_mhz, trial.fixed_windows_mhz = self.given_mhz, self.fixed_mhz
         trial.given_windows_w, trial.fixed_windows_w = self.given_w, self.fixed_w
+        trial.windows_host_step_us = [h.step_us for h in self.host]
+        trial.windows_host_optimizer_us = [h.optimizer_us for h in self.host if h.optimizer_us is not None]
+        trial.windows_host_backward_us = [h.backward_us for h in self.host if h.backward_us is not None]
         trial.paired_savings_us = self.savings(given_samples / samples)
         trial.baseline_step_us, trial.baseline_samples_per_step = statistics.median(self.given), given_samples
         trial.notes += [note for note in (_rebuilt_note(trial.baseline_step_us, explained), self.clock_note()) if note]
@@ -801,15 +818,20 @@ class _Windows:
 
 
 def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Given, step: Callable[[], Any],
-            samples: int, steps: int, pairs: int | None = None) -> _Windows:
+            samples: int, steps: int, pairs: int | None = None, host_pace: bool = False) -> _Windows:
     """Windows of the step as given and of the fixed step in turn (:data:`PAIRED`'s count, or `pairs`),
-    `steps` timed steps each, torch's flags set to each one's before its window."""
+    `steps` timed steps each, torch's flags set to each one's before its window; with `host_pace`, the given
+    step's host time after a drain before each pair (:data:`HOST_PACE_STEPS` steps)."""
     count, warmup, _ = PAIRED.get(device.type, PAIRED["other"])
     count = pairs or count
     fixed_flags = knob_specs.flag_state()
     windows = _Windows([], [])
     try:
         for i in range(count):
+            if host_pace:
+                knob_specs.restore_flag_state(given.flags)
+                host, clock = host_clock.host_after_drain(given.step, device, HOST_PACE_STEPS, warmup=0)
+                windows.host.append(HostTime(statistics.median(host), clock.median_us(), clock.backward_median_us()))
             for is_given in ((True, False) if i % 2 == 0 else (False, True)):
                 knob_specs.restore_flag_state(given.flags if is_given else fixed_flags)
                 release_device_memory(device)  # its activations in fresh memory, not the other step's holes
@@ -870,10 +892,12 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
             built, step, samples = _apply(name, knobs, target, device)
             with built:
                 if given is not None:
+                    paces = explanation.host_at_batch is not None and name not in HOST_WORK_FIXES
                     windows = _paired(run.measure, device, given, step, samples,
-                                      window_steps(device, run.base_us))
+                                      window_steps(device, run.base_us), host_pace=paces)
                     measured = windows.into(trial, given.samples, samples, run.explanation.throughput)
                     _at_fixed_clock(trial, explanation, model)
+                    _at_windows_host(trial, run, base_samples)
                 else:
                     measured = run.measure(step, device, samples).step_us.median
             trial.status, trial.measured_step_us, trial.samples_per_step = "measured", measured, samples
@@ -888,6 +912,43 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
     if restored:  # a step left a flag changed: it has been put back
         trial.notes.append(_FLAG_NOTE)
     return trial
+
+
+def windows_host(trial: FixTrial) -> HostTime | None:
+    """The host's pace timed beside a trial's windows (medians over its pairs), where it was."""
+    if not trial.windows_host_step_us:
+        return None
+    m = statistics.median
+    return HostTime(m(trial.windows_host_step_us),
+                    m(trial.windows_host_optimizer_us) if trial.windows_host_optimizer_us else None,
+                    m(trial.windows_host_backward_us) if trial.windows_host_backward_us else None)
+
+
+@contextlib.contextmanager
+def host_paced_at(explanation: Explanation, host: HostTime) -> Iterator[Explanation]:
+    """`explanation` with the host's pace at the step's batch set to `host` inside the block."""
+    before = explanation.host_at_batch
+    explanation.host_at_batch = host
+    try:
+        yield explanation
+    finally:
+        explanation.host_at_batch = before
+
+
+def _at_windows_host(trial: FixTrial, run: _Run, samples: int | None) -> None:
+    """Where the host's pace was timed beside the windows, the trial's prediction at it and a note saying so."""
+    host = windows_host(trial)
+    if host is None or trial.predicted_step_us is None:
+        return
+    before = run.explanation.host_at_batch
+    with host_paced_at(run.explanation, host) as paced:
+        trial.predicted_at_windows_host_us = _predicted(_Priced.of(paced, run.model), trial.name, trial.knobs, samples,
+                                                        run.predicted, graph_fuses_optimizer(run.target))
+    if trial.predicted_at_windows_host_us is None or before is None:
+        return
+    trial.notes.append(f"the host took {host.step_us / 1e3:.2f} ms a step after a drain beside these windows "
+                       f"({before.step_us / 1e3:.2f} before the fixes); at that pace the kernel model predicts "
+                       f"{trial.predicted_at_windows_host_us / 1e3:.2f} ms")
 
 
 def _at_fixed_clock(trial: FixTrial, explanation: Explanation, model: MachineModel) -> None:
