@@ -470,3 +470,24 @@ def test_the_hosts_pace_is_timed_again_beside_each_window_pair_and_the_fix_predi
     quiet = fixes.try_fixes(synced, _model(), fixes.Target(build_slowing, lambda k: True, 4), "cuda", only=["tf32"],
                             measure=measure)[0]
     assert quiet.windows_host_step_us == [] and quiet.predicted_at_windows_host_us is None
+
+
+def test_window_pairs_continue_until_their_saving_is_resolved_to_a_quarter_or_the_most_pairs():
+    """A saving beyond its noise whose noise is more than a quarter of it takes more pairs on an accelerator;
+    a resolved saving, a change within the noise and a CPU run do not."""
+    def pairs_for(fixed_us, device="cuda"):
+        calls = {"given": 0, "fixed": 0}
+
+        def measure(step, device, samples, **_):
+            kind = step()
+            calls[kind] += 1
+            us = 100.0 if kind == "given" else fixed_us[(calls[kind] - 1) % len(fixed_us)]
+            return Throughput(Stats.of([us] * 3), samples)
+        given = fixes._Given(lambda: "given", 4, flag_state())
+        windows = fixes._paired(measure, torch.device(device), given, lambda: "fixed", 4, steps=2)
+        return len(windows.given)
+
+    assert pairs_for([90.0, 92.0]) == fixes.PAIRED["other"][0]  # 9 us saved, +-1: resolved
+    assert pairs_for([90.0, 96.0, 92.0, 98.0]) == fixes.MAX_PAIRED  # 6 us saved, standard error 1.8: not resolved
+    assert pairs_for([95.0, 105.0]) == fixes.PAIRED["other"][0]  # no change beyond the noise: no more pairs
+    assert pairs_for([90.0, 96.0, 92.0, 98.0], device="cpu") == fixes.PAIRED["cpu"][0]
