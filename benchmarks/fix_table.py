@@ -15,7 +15,8 @@ where the step as given was timed again after the fixes, each fix's baseline is 
 timings in the order the fixes ran, and the noise is the larger of twice the baseline's CV and the
 baseline's own move (the card's drift). A prediction moves with the baseline (times the fix's baseline over
 the explained one), and a paired fix's prediction with the clock its fixed windows ran at (the share of the
-step at the clock's pace moved by the two sides' clock ratio). A change within the noise is "no measurable change": a
+step at the clock's pace moved by the two sides' clock ratio); where the host's pace was timed beside a fix's
+windows, its prediction is the one at that pace. A change within the noise is "no measurable change": a
 prediction then counts as right when it is as close to the measurement as the noise. With --machine-model the predictions are made again from
 each recorded profile by the current kernel model (the measurements are as recorded).
 """
@@ -41,14 +42,15 @@ AtClock = Callable[[float, float, float], float]  # (prediction, given MHz, fixe
 
 
 def _repredicted(path: Path, model) -> tuple[dict[str, float | None], AtClock]:
-    """Each fix's prediction by the current kernel model, and the function moving a prediction from the given
-    windows' clock to the fixed windows' on this profile (:func:`fixes.at_clock`)."""
+    """Each fix's prediction by the current kernel model (at the host's pace beside its windows, where that was
+    timed), and the function moving a prediction from the given windows' clock to the fixed windows' on this
+    profile (:func:`fixes.at_clock`)."""
     e = load_explanation(path)
     explainer.explain_again(e, model)  # sets the causes and their fixes
     samples = e.throughput.samples_per_step if e.throughput else None
     built_in = e.settings.get("workload") in WORKLOADS  # its own graph build fuses the optimizer
     predictions = {}
-    for f in e.fixes:  # at the host's pace beside its windows, where that was timed
+    for f in e.fixes:
         host = fixes.windows_host(f)
         with fixes.host_paced_at(e, host) if host else contextlib.nullcontext(e) as paced:
             predictions[f.name] = fixes.predicted_step(paced, model, f.name, f.knobs, samples,

@@ -227,8 +227,8 @@ def test_an_optimizer_timed_at_batch_one_paces_its_own_launches_after_an_added_s
     assert host.scale * host.optimizer_ratio == pytest.approx(800.0 / (20 * 50.0))
 
 
-def _at_clock_step(records, wall_us, idle_us=0.0):
-    line = Timeline(wall_us=wall_us, busy_us=wall_us - idle_us, idle=Idle(host_bound_us=idle_us))
+def _at_clock_step(records, wall_us):
+    line = Timeline(wall_us=wall_us, busy_us=wall_us, idle=Idle())
     step = ExplainedStep(0, records, line, Waterfall(0.0, {}, wall_us, 0.0, 1.0), [])
     return Explanation("cuda", [step], step, {}, Throughput(Stats.of([wall_us] * 3), 8), {})
 

@@ -418,9 +418,9 @@ def _host_kept(step: _Priced, found: float, deltas: Sequence[float] | None,
 
 
 def _clock_paced_us(record: KernelRecord, exclusive: float, main_memory: str | None) -> float:
-    """The part of a kernel's exclusive time that runs at the device clock's pace: all of it, but for a kernel
-    held to main memory its bytes ÷ that memory's bandwidth (its bound less its fixed cost), which runs at the
-    memory's pace, and for a transfer over a link or a collective, all of it. Caches run at the clock's pace."""
+    """The part of a kernel's exclusive time that runs at the device clock's pace: all of it (caches run at the
+    clock's pace too), less, for a kernel held to main memory, its bytes ÷ that memory's bandwidth (its bound
+    less its fixed cost), which runs at the memory's pace; none of a transfer over a link or a collective."""
     if record.ceiling.startswith(("links:", "communication:")):
         return 0.0
     if main_memory and record.ceiling == f"memory:{main_memory}" and record.bound_us and record.duration_us > 0:
@@ -736,8 +736,8 @@ def window_steps(device: torch.device, step_us: float | None) -> int:
 NOISE_SPREADS = 2.0
 # A fix's window pairs whose saving is beyond its noise, but whose noise exceeds this share of it (the share of
 # a change a prediction is held to), take more pairs, up to MAX_PAIRED on an accelerator: UNet's batch-128
-# windows landed at two placements 1.2 % apart on an H200 (106.00-106.17 and 107.20-107.34 ms), most of a
-# quarter of its batch fix's change.
+# windows landed at two placements 1.2 % apart on an H200 (106.00-106.17 and 107.20-107.34 ms), two thirds
+# of its batch fix's change.
 RESOLVED_SHARE, MAX_PAIRED = 0.25, 8
 
 
@@ -798,7 +798,7 @@ class _Windows:
         note = (f"the card ran {given:,.0f} MHz at {m(self.given_w):,.0f} W in the given step's windows, "
                 f"{fixed:,.0f} MHz at {m(self.fixed_w):,.0f} W in the fixed step's")
         moved = fixed / given - 1.0
-        if abs(moved) >= CLOCK_MOVE:  # more than one clock step: the prediction holds the given step's clock
+        if abs(moved) >= CLOCK_MOVE:  # more than one clock step: said in words too
             note += (f": the fixed step ran {100 * abs(moved):.1f} % {'below' if moved < 0 else 'above'} the given "
                      "step's clock")
         return note
