@@ -437,11 +437,11 @@ def test_the_hosts_pace_is_timed_again_beside_each_window_pair_and_the_fix_predi
     build, measure, _ = _kinds_timed({"batch1": [1500.0], "tf32": [130.0], "given": [150.0]})
     calls = []
 
-    def build_slowing(batch, knobs):  # as given, its host takes 2 ms a step, then 5 ms once the fixes run
+    def build_slowing(batch, knobs):  # as given, its host takes 2 ms a step, then 20 ms once the fixes run
         built = build(batch, knobs)
         if batch in (None, 4) and not knobs:
             return BuiltWorkload(lambda: (built.step(), calls.append(1), time.sleep(0.002 if len(calls) <= 18
-                                                                                   else 0.005)), 4, {})
+                                                                                   else 0.020)), 4, {})
         return built
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # no device here to drain
     real = fixes._predicted
@@ -452,9 +452,9 @@ def test_the_hosts_pace_is_timed_again_beside_each_window_pair_and_the_fix_predi
     e = _explanation("cuda:0")
     trial = fixes.try_fixes(e, _model(), fixes.Target(build_slowing, lambda k: True, 4), "cuda", only=["tf32"],
                             measure=measure)[0]
-    assert 2000.0 <= e.host_at_batch.step_us < 3000.0  # timed before the fixes, and left so
+    assert 2000.0 <= e.host_at_batch.step_us < 15000.0  # timed before the fixes, and left so
     assert len(trial.windows_host_step_us) == fixes.PAIRED["other"][0]
-    assert all(5000.0 <= us < 6500.0 for us in trial.windows_host_step_us)
+    assert all(us >= 20000.0 for us in trial.windows_host_step_us)
     assert trial.predicted_step_us == pytest.approx(1000.0 + e.host_at_batch.step_us)
     beside = statistics.median(trial.windows_host_step_us)
     assert trial.predicted_at_windows_host_us == pytest.approx(1000.0 + beside)
