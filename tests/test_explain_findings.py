@@ -269,3 +269,23 @@ def test_memory_findings_name_a_batch_that_did_not_fit_and_estimate_one_that_wou
     estimate = by_title(findings.explain_findings(step, {"batch_size": "256"}, m), "would fit")
     assert "about 1216 samples" in estimate.title  # (80 - 4) GB / (16 GB / 256)
     assert estimate.evidence["batch_that_fits"] == 1216
+
+
+def test_a_fixs_evidence_carries_the_trials_predictions_at_the_windows_host_and_the_fixed_clock():
+    """findings.json and the finding's words say what the fix measured and what the kernel model predicts for the
+    conditions its windows ran in; a trial timed without them says the measurement alone."""
+    from pygpuperf.explain import causes, fixes
+
+    fix = causes.Fix("tf32", "TF32 on", 10_000.0, 20_000.0, {"tf32": "on"})
+    trial = fixes.FixTrial("tf32", "TF32 on", {"tf32": "on"}, "measured", predicted_step_us=20_000.0,
+                           measured_step_us=22_000.0, predicted_at_windows_host_us=21_500.0,
+                           predicted_at_fixed_clock_us=20_300.0)
+    evidence = findings._fix_evidence(fix, {"tf32": trial})
+    assert evidence["measured_step_us"] == 22_000.0 and evidence["trial_predicted_at_windows_host_us"] == 21_500.0
+    assert evidence["trial_predicted_at_fixed_clock_us"] == 20_300.0
+    said = findings._measured_words(fix, {"tf32": trial})
+    assert "22.00 ms" in said and "21.50 at the host's pace beside its windows" in said and "20.30 at the fixed" in said
+    plain = fixes.FixTrial("tf32", "TF32 on", {"tf32": "on"}, "measured", predicted_step_us=20_000.0,
+                           measured_step_us=22_000.0)
+    assert "trial_predicted_at_fixed_clock_us" not in findings._fix_evidence(fix, {"tf32": plain})
+    assert "predicted" not in findings._measured_words(fix, {"tf32": plain})

@@ -378,7 +378,16 @@ def _fix_evidence(fix: causes.Fix | None, trials: Mapping[str, Any]) -> dict[str
     if trial is not None:
         out.update({"trial": trial.name, "trial_status": trial.status, "measured_step_us": trial.measured_step_us,
                     "trial_reason": trial.reason})
+        out.update({key: value for key, value in _trial_predictions(trial) if value is not None})
     return out
+
+
+def _trial_predictions(trial: Any) -> tuple[tuple[str, float | None], ...]:
+    """The trial's own predictions: as the fix was applied, at the host's pace beside its windows, and at the
+    clock its fixed windows ran (None where not made)."""
+    return (("trial_predicted_step_us", trial.predicted_step_us),
+            ("trial_predicted_at_windows_host_us", trial.predicted_at_windows_host_us),
+            ("trial_predicted_at_fixed_clock_us", trial.predicted_at_fixed_clock_us))
 
 
 def _measured_words(fix: causes.Fix, trials: Mapping[str, Any]) -> str:
@@ -386,7 +395,11 @@ def _measured_words(fix: causes.Fix, trials: Mapping[str, Any]) -> str:
     if trial is None:
         return ""
     if trial.status == "measured" and trial.measured_step_us is not None:
-        return f" Measured with --try-fixes ({trial.what}): {trial.measured_step_us / 1e3:.2f} ms."
+        beside = [f"{us / 1e3:.2f} {where}" for us, where in (
+            (trial.predicted_at_windows_host_us, "at the host's pace beside its windows"),
+            (trial.predicted_at_fixed_clock_us, "at the fixed step's clock")) if us is not None]
+        conditions = f" (predicted {', '.join(beside)})" if beside else ""
+        return f" Measured with --try-fixes ({trial.what}): {trial.measured_step_us / 1e3:.2f} ms{conditions}."
     return f" --try-fixes {trial.what}: {trial.status} ({trial.reason})."
 
 
