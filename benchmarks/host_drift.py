@@ -12,13 +12,14 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from pygpuperf.explain import host_clock
 from pygpuperf.workloads import WORKLOADS
+
+from plain_loop import plain_loop_seconds  # the sibling script's loop, as a user runs it
 
 WARMUP = 5
 DRAINED_STEPS = 6  # the host's own time per step: each step called after the device drained
@@ -27,12 +28,7 @@ WINDOW_STEPS = 10
 
 def _window(step, device: torch.device) -> float:
     """µs per step over a loop of WINDOW_STEPS, one sync at the end."""
-    torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(WINDOW_STEPS):
-        step()
-    torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / WINDOW_STEPS * 1e6
+    return plain_loop_seconds(step, device, WINDOW_STEPS) * 1e6
 
 
 def _pearson(x: list[float], y: list[float]) -> float | None:

@@ -18,11 +18,9 @@ from pathlib import Path
 import torch
 
 from pygpuperf.core import torch_flags
-from pygpuperf.explain import convs, dtype_timing
+from pygpuperf.explain import convs, dtype_timing, fixes
 from pygpuperf.explain.compare import load_explanation
 from pygpuperf.workloads.recipe import release_device_memory
-
-SPACER_MIB = 257  # an odd size: each round's operands start at another offset
 
 
 def _ints(text: str) -> list[int]:
@@ -50,16 +48,14 @@ def main() -> int:
             for n in range(args.rounds):
                 for scale in (1.0, 2.0):
                     release_device_memory(device)
-                    spacer = (torch.empty((n + 1) * SPACER_MIB << 20, dtype=torch.uint8, device=device)
-                              if spaced else None)
-                    elements = math.prod([round(shape.input[0] * scale), *shape.input[1:]])
-                    probe = torch.empty(elements, dtype=torch.float32, device=device)
-                    address = probe.data_ptr()
-                    del probe
-                    timing = convs.time_conv(shape, True, device, dtypes=[dtype], scale=scale)
+                    with fixes._spacer(device, (n + 1) * fixes.ROUND_SPACER_BYTES if spaced else 0):
+                        elements = math.prod([round(shape.input[0] * scale), *shape.input[1:]])
+                        probe = torch.empty(elements, dtype=torch.float32, device=device)
+                        address = probe.data_ptr()
+                        del probe
+                        timing = convs.time_conv(shape, True, device, dtypes=[dtype], scale=scale)
                     rows.append({"spaced": spaced, "round": n, "scale": scale, "address": hex(address),
                                  "us": timing.us})
-                    del spacer
     finally:
         for restore in reversed(restores):
             restore()

@@ -438,11 +438,15 @@ def at_clock(explanation: Explanation, model: MachineModel, predicted_us: float,
     busier at a lower clock (ResNet-50's batch fix on an H200: 1,965 against 1,980 MHz)."""
     if not given_mhz or not fixed_mhz or given_mhz == fixed_mhz:
         return predicted_us
-    step = _Priced.of(explanation, model)
+    return _at_clock(_Priced.of(explanation, model), predicted_us, given_mhz, fixed_mhz)
+
+
+def _at_clock(step: _Priced, predicted_us: float, given_mhz: float, fixed_mhz: float) -> float:
+    """:func:`at_clock` on a step priced already."""
     slower = given_mhz / fixed_mhz - 1.0
-    main = model.dram_key()
+    main = step.model.dram_key()
     deltas = [slower * _clock_paced_us(r, share, main) for r, share in zip(step.records, step.exclusive)]
-    wall = explanation.median.timeline.wall_us
+    wall = step.explanation.median.timeline.wall_us
     return predicted_us * _host_kept(step, wall + sum(deltas), deltas) / wall if wall > 0 else predicted_us
 
 
@@ -916,8 +920,8 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
                     windows = _paired(run.measure, device, given, step, samples,
                                       window_steps(device, run.base_us), host_pace=paces)
                     measured = windows.into(trial, given.samples, samples, run.explanation.throughput)
-                    _at_fixed_clock(trial, explanation, model)
-                    _at_windows_host(trial, run, base_samples)
+                    _at_fixed_clock(trial, priced)
+                    _at_windows_host(trial, run, priced, base_samples)
                 else:
                     measured = run.measure(step, device, samples).step_us.median
             trial.status, trial.measured_step_us, trial.samples_per_step = "measured", measured, samples
@@ -955,15 +959,16 @@ def host_paced_at(explanation: Explanation, host: HostTime) -> Iterator[Explanat
         explanation.host_at_batch = before
 
 
-def _at_windows_host(trial: FixTrial, run: _Run, samples: int | None) -> None:
-    """Where the host's pace was timed beside the windows, the trial's prediction at it and a note saying so."""
+def _at_windows_host(trial: FixTrial, run: _Run, priced: _Priced, samples: int | None) -> None:
+    """Where the host's pace was timed beside the windows, the trial's prediction at it and a note saying so
+    (`priced`: the explained step as the trial's prediction priced it; the pace is read when it is replayed)."""
     host = windows_host(trial)
     if host is None or trial.predicted_step_us is None:
         return
     before = run.explanation.host_at_batch
-    with host_paced_at(run.explanation, host) as paced:
-        trial.predicted_at_windows_host_us = _predicted(_Priced.of(paced, run.model), trial.name, trial.knobs, samples,
-                                                        run.predicted, graph_fuses_optimizer(run.target))
+    with host_paced_at(run.explanation, host):
+        trial.predicted_at_windows_host_us = _predicted(priced, trial.name, trial.knobs, samples, run.predicted,
+                                                        graph_fuses_optimizer(run.target))
     if trial.predicted_at_windows_host_us is None or before is None:
         return
     trial.notes.append(f"the host took {host.step_us / 1e3:.2f} ms a step after a drain beside these windows "
@@ -971,7 +976,7 @@ def _at_windows_host(trial: FixTrial, run: _Run, samples: int | None) -> None:
                        f"{trial.predicted_at_windows_host_us / 1e3:.2f} ms")
 
 
-def _at_fixed_clock(trial: FixTrial, explanation: Explanation, model: MachineModel) -> None:
+def _at_fixed_clock(trial: FixTrial, priced: _Priced) -> None:
     """Where the two sides' windows ran at different clocks, the trial's prediction at the fixed step's clock
     and a note saying so."""
     if trial.predicted_step_us is None or not trial.given_windows_mhz or not trial.fixed_windows_mhz:
@@ -979,7 +984,7 @@ def _at_fixed_clock(trial: FixTrial, explanation: Explanation, model: MachineMod
     given, fixed = statistics.median(trial.given_windows_mhz), statistics.median(trial.fixed_windows_mhz)
     if given == fixed:
         return
-    trial.predicted_at_fixed_clock_us = at_clock(explanation, model, trial.predicted_step_us, given, fixed)
+    trial.predicted_at_fixed_clock_us = _at_clock(priced, trial.predicted_step_us, given, fixed)
     trial.notes.append(f"at the fixed step's {fixed:,.0f} MHz (the step as given ran {given:,.0f}), the kernel "
                        f"model predicts {trial.predicted_at_fixed_clock_us / 1e3:.2f} ms: its compute, caches and "
                        "fixed costs run at the clock's pace, its main-memory bytes at the memory's")
