@@ -16,9 +16,10 @@ timings in the order the fixes ran, and the noise is the larger of twice the bas
 baseline's own move (the card's drift). A prediction moves with the baseline (times the fix's baseline over
 the explained one), and a paired fix's prediction with the clock its fixed windows ran at (the share of the
 step at the clock's pace moved by the two sides' clock ratio); where the host's pace was timed beside a fix's
-windows, its prediction is the one at that pace. A change within the noise is "no measurable change": a
-prediction then counts as right when it is as close to the measurement as the noise. With --machine-model the predictions are made again from
-each recorded profile by the current kernel model (the measurements are as recorded).
+windows, its prediction is the one at that pace; where reduce-overhead ran without CUDA graphs, the compiled
+step's alone. A change within the noise is "no measurable change": a prediction then counts as right when it
+is as close to the measurement as the noise. With --machine-model the predictions are made again from each
+recorded profile by the current kernel model (the measurements are as recorded).
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def _repredicted(path: Path, model) -> tuple[dict[str, float | None], AtClock]:
     predictions = {}
     for f in e.fixes:
         host = fixes.windows_host(f)
+        ran = "compile" if f.predicted_without_graphs_us is not None else f.name  # reduce-overhead without graphs
         with fixes.host_paced_at(e, host) if host else contextlib.nullcontext(e) as paced:
-            predictions[f.name] = fixes.predicted_step(paced, model, f.name, f.knobs, samples,
+            predictions[f.name] = fixes.predicted_step(paced, model, ran, f.knobs, samples,
                                                        graph_fuses_optimizer=built_in)
     return predictions, lambda predicted, given, fixed: fixes.at_clock(e, model, predicted, given, fixed)
 
@@ -98,7 +100,8 @@ def rows(path: Path, model=None) -> list[dict]:
             drift = abs(after - base)
             interpolated = base + (after - base) * position / (measured_count + 1)
             base, moved = interpolated, interpolated / base
-        recorded = fix.get("predicted_at_windows_host_us") or fix.get("predicted_step_us")
+        recorded = (fix.get("predicted_without_graphs_us") or fix.get("predicted_at_windows_host_us")
+                    or fix.get("predicted_step_us"))
         predicted = again.get(fix["name"], recorded) if model is not None else recorded
         predicted = predicted * moved if predicted is not None else None  # the prediction moves with the card
         if predicted is not None and paired:  # and with the clock its fixed windows ran at

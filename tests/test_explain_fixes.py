@@ -157,6 +157,37 @@ def test_no_fix_that_keeps_the_hosts_work_is_predicted_below_the_step_at_batch_o
     assert fixes.predicted_step(e, m, "cuda_graphs", {"cuda_graphs": "on"}, 4, by_cause={}) == 100.0
 
 
+def test_reduce_overhead_is_the_compiled_step_as_graphs_and_compile_alone_where_inductor_skipped_them(monkeypatch):
+    m = _model()
+    e = _explanation("cuda:0")  # a 100 us kernel and 50 us of host-bound idle, no syncs
+    fused = {"compile": 140.0}  # what the causes say fusion leaves of the 150 us step
+    assert fixes.predicted_step(e, m, "compile", {"compile": "inductor"}, 4, by_cause=fused) == 140.0
+    # reduce-overhead replays the compiled step as CUDA graphs: the host-bound idle goes too
+    ro = {"compile": "reduce-overhead"}
+    assert fixes.predicted_step(e, m, "compile_reduce_overhead", ro, 4, by_cause=fused) == 90.0
+    synced = _explanation("cuda:0")
+    synced.median.timeline.idle = Idle(host_bound_us=30.0, sync_us=20.0)  # a step that syncs is no one graph
+    assert fixes.predicted_step(synced, m, "compile_reduce_overhead", ro, 4, by_cause=fused) == 140.0
+
+    from torch._dynamo.utils import counters
+
+    def compiled(step, mode, skips):  # inductor's compile, standing in: it counts each graph it ran without
+        counters["inductor"]["cudagraph_skips"] += skips
+        return step
+
+    target = fixes.Target(lambda batch, knobs: BuiltWorkload(lambda: None, 4, {}), lambda k: True, 4)
+    monkeypatch.setattr(fixes, "_predictions", lambda explanation: fused)
+    for skips in (0, 2):
+        monkeypatch.setattr(fixes, "_compiled", lambda step, mode: compiled(step, mode, skips))
+        trial = fixes.try_fixes(_explanation("cuda:0"), m, target, "cuda", only=["compile_reduce_overhead"],
+                                measure=_timed(120.0))[0]
+        assert trial.status == "measured" and trial.predicted_step_us == 90.0
+        if skips:  # the step ran compiled, without graphs: predicted as that, and said so
+            assert trial.predicted_without_graphs_us == 140.0 and "predicts 0.14 ms" in trial.notes[-1]
+        else:
+            assert trial.predicted_without_graphs_us is None and not any("CUDA graphs" in n for n in trial.notes)
+
+
 def _kinds_timed(times, given_knobs=()):
     """(build, measure, the kinds run in order) stand-ins: each built step says which it is when run ("batch1",
     "batch" at another batch than 4, the fix's knob, or "given": no knob beyond `given_knobs`), and is timed

@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import math
 import statistics
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -94,6 +95,9 @@ class FixTrial:
     windows_host_optimizer_us: list[float] = field(default_factory=list)
     windows_host_backward_us: list[float] = field(default_factory=list)
     predicted_at_windows_host_us: float | None = None
+    # Where torch.compile's reduce-overhead mode ran the compiled step without CUDA graphs (inductor skips them,
+    # e.g. for a step that mutates tensors it does not own): the prediction for the compiled step alone.
+    predicted_without_graphs_us: float | None = None
     notes: list[str] = field(default_factory=list)
 
     def _per_sample(self, us: float | None, samples: int | None) -> float | None:
@@ -352,6 +356,8 @@ def _predicted(step: _Priced, name: str, knobs: Mapping[str, str], samples_per_s
     idle = explanation.median.timeline.idle
     if name == "cuda_graphs" and records and idle.sync_us <= 0:  # priced below a finding's share too
         found = wall - causes.graph_saving_us(len(records), idle, card_terms(model))
+    if name == "compile_reduce_overhead" and records and idle.sync_us <= 0:  # the compiled step, replayed as graphs
+        found = (found if found is not None else wall) - causes.graph_saving_us(len(records), idle, card_terms(model))
     if name == "cuda_graphs" and graph_fuses_optimizer:
         saves, evidence = causes._fused_optimizer_saving(records, step.exclusive, explanation.calls, step.pricing)
         if evidence and found is not None:  # the graph's gap is not paid by the kernels fusion removes
@@ -912,6 +918,7 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
         if target.user_code else {}
     with _flags_kept() as restored:
         restore = knob_specs.set_global_flags(**user_flags) if user_flags else (lambda: None)
+        skipped = _graph_skips()
         try:
             built, step, samples = _apply(name, knobs, target, device)
             with built:
@@ -925,6 +932,8 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
                 else:
                     measured = run.measure(step, device, samples).step_us.median
             trial.status, trial.measured_step_us, trial.samples_per_step = "measured", measured, samples
+            if name == "compile_reduce_overhead" and _graph_skips() > skipped:
+                _without_graphs(trial, run, priced, base_samples)
             trial.notes += list(getattr(built, "notes", []) or [])
             waived = str(getattr(built, "params", {}).get("cuda_graphs", ""))
             if name == "cuda_graphs" and waived.startswith("waived"):
@@ -936,6 +945,24 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
     if restored:  # a step left a flag changed: it has been put back
         trial.notes.append(_FLAG_NOTE)
     return trial
+
+
+def _graph_skips() -> int:
+    """How often inductor has compiled code to run without CUDA graphs in this process (0 before any compile)."""
+    dynamo_utils = sys.modules.get("torch._dynamo.utils")  # not imported: nothing compiled yet
+    return int(dynamo_utils.counters["inductor"]["cudagraph_skips"]) if dynamo_utils else 0
+
+
+def _without_graphs(trial: FixTrial, run: _Run, priced: _Priced, samples: int | None) -> None:
+    """A reduce-overhead trial whose compiled step ran without CUDA graphs: its prediction as torch.compile's
+    alone, and a note saying so."""
+    trial.predicted_without_graphs_us = _predicted(priced, "compile", {"compile": "inductor"}, samples,
+                                                   run.predicted, graph_fuses_optimizer(run.target))
+    trial.notes.append("inductor ran the compiled step without CUDA graphs (it skips them, for one, in a step that "
+                       "writes into tensors it does not own; TORCH_LOGS=cudagraphs says why)" + (
+                           f": as torch.compile alone the kernel model predicts "
+                           f"{trial.predicted_without_graphs_us / 1e3:.2f} ms"
+                           if trial.predicted_without_graphs_us is not None else ""))
 
 
 def windows_host(trial: FixTrial) -> HostTime | None:
