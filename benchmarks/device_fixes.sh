@@ -24,9 +24,13 @@ STALE_A=("resnet50-train --try-fixes $EAGER" "bert-base-squad-train --try-fixes 
 STALE_B=("resnet50-infer --try-fixes $EAGER" "unet-train --try-fixes $EAGER" "resnet50-train-tf32 --try-fixes $EAGER"
          "retinanet-train --try-fixes $EAGER" "resnet101-infer --try-fixes $EAGER" "resnet101-infer-amp --try-fixes $EAGER"
          "resnet101-train-bf16 --try-fixes $EAGER" "resnet101-train-tf32 --try-fixes $EAGER")
+# The configurations whose latest rows carry the most noise (timed before pairing, or on a host-slowed card).
+REFRESH=("benchmarks/heldout/llm_decode.py:make_step --batch-size 1 --try-fixes cuda_graphs,compile,compile_reduce_overhead,batch_size"
+         "resnet101-train-amp --try-fixes $EAGER" "bert-base-squad-train --try-fixes $EAGER")
 case "${SET:-}" in
   stale-a) DEFAULT_TARGETS=("${STALE_A[@]}") ;;
   stale-b) DEFAULT_TARGETS=("${STALE_B[@]}") ;;
+  refresh) DEFAULT_TARGETS=("${REFRESH[@]}") ;;
 esac
 if [ -n "${TARGETS:-}" ]; then IFS=';' read -r -a CHOSEN <<<"$TARGETS"; else CHOSEN=("${DEFAULT_TARGETS[@]}"); fi
 for target in "${CHOSEN[@]}"; do
