@@ -85,6 +85,9 @@ class FixTrial:
     fixed_windows_mhz: list[float] = field(default_factory=list)
     given_windows_w: list[float] = field(default_factory=list)
     fixed_windows_w: list[float] = field(default_factory=list)
+    # The device memory held aside while each window pair ran (bytes), so that the pairs' activations landed in
+    # other places (:data:`WINDOW_PLACEMENTS`).
+    pair_spacer_bytes: list[int] = field(default_factory=list)
     # Where both sides' clocks are known and differ: the prediction with the step's time at the clock's pace
     # moved to the fixed windows' clock (:func:`at_clock`).
     predicted_at_fixed_clock_us: float | None = None
@@ -776,6 +779,10 @@ LIBRARY_ROUNDS = 3
 # more device memory aside while it times: UNet's [128, 32, 256, 256] x [32, 32, 3, 3] convolution ran
 # 8.54-8.56 ms in six released rounds on an H200, 8.22-8.53 behind spacers of other sizes.
 ROUND_SPACER_BYTES = 257 << 20
+# Window pairs hold spacers of this many sizes in turn (the first none, the rest multiples of ROUND_SPACER_BYTES),
+# so that their activations land in as many places: released in one process, they land where the last window's
+# did, and UNet's batch-128 windows ran at two placements 1.2 % apart on an H200, as much as its batch fix's change.
+WINDOW_PLACEMENTS = 4
 # A clock move a fix's note names: clocks move in steps of about 0.8 % at the top of a data-centre card's range.
 CLOCK_MOVE = 0.01
 
@@ -792,6 +799,7 @@ class _Windows:
     given_w: list[float] = field(default_factory=list)
     fixed_w: list[float] = field(default_factory=list)
     host: list[HostTime] = field(default_factory=list)  # the given step's host pace before each pair, where timed
+    spacers: list[int] = field(default_factory=list)  # bytes held aside during each pair, in the order they ran
 
     def add(self, is_given: bool, timed: Throughput) -> None:
         side = "given" if is_given else "fixed"
@@ -819,6 +827,7 @@ class _Windows:
         trial.given_windows_us, trial.fixed_windows_us = self.given, self.fixed
         trial.given_windows_mhz, trial.fixed_windows_mhz = self.given_mhz, self.fixed_mhz
         trial.given_windows_w, trial.fixed_windows_w = self.given_w, self.fixed_w
+        trial.pair_spacer_bytes = self.spacers
         trial.windows_host_step_us = [h.step_us for h in self.host]
         trial.windows_host_optimizer_us = [h.optimizer_us for h in self.host if h.optimizer_us is not None]
         trial.windows_host_backward_us = [h.backward_us for h in self.host if h.backward_us is not None]
@@ -843,6 +852,7 @@ def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Gi
     most = count if pairs or device.type == "cpu" else max(count, MAX_PAIRED)
     fixed_flags = knob_specs.flag_state()
     windows = _Windows([], [])
+    grown = {True: 0, False: 0}  # the device memory each side's window took beyond what it had reserved (bytes)
     i = 0
     try:
         while i < count or (i < most and _unresolved(windows.savings(given.samples / samples))):
@@ -850,16 +860,37 @@ def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Gi
                 knob_specs.restore_flag_state(given.flags)
                 host, clock = host_clock.host_after_drain(given.step, device, HOST_PACE_STEPS, warmup=0)
                 windows.host.append(HostTime(statistics.median(host), clock.median_us(), clock.backward_median_us()))
+            spacer = _window_spacer(device, i, max(grown.values()))
             for is_given in ((True, False) if i % 2 == 0 else (False, True)):
                 knob_specs.restore_flag_state(given.flags if is_given else fixed_flags)
                 release_device_memory(device)  # its activations in fresh memory, not the other step's holes
-                timed = measure(given.step if is_given else step, device, given.samples if is_given else samples,
-                                warmup=warmup, steps=steps)
+                before = _reserved(device)
+                with _spacer(device, spacer):
+                    timed = measure(given.step if is_given else step, device,
+                                    given.samples if is_given else samples, warmup=warmup, steps=steps)
+                    grown[is_given] = max(grown[is_given], _reserved(device) - before - spacer)
                 windows.add(is_given, timed)
+            windows.spacers.append(spacer)
             i += 1
     finally:
         knob_specs.restore_flag_state(fixed_flags)
     return windows
+
+
+def _reserved(device: torch.device) -> int:
+    """Device memory the allocator holds now (bytes; 0 where it does not say)."""
+    return int(torch.cuda.memory_reserved(device)) if device.type == "cuda" and torch.cuda.is_available() else 0
+
+
+def _window_spacer(device: torch.device, pair: int, grown: int) -> int:
+    """Bytes held aside while window pair `pair` runs, so that the pairs' activations land in
+    :data:`WINDOW_PLACEMENTS` places: none for the first pair (or on a CPU), nor where the device's free memory
+    would not keep twice what a window took beyond its allocator's reserve (`grown`)."""
+    size = (pair % WINDOW_PLACEMENTS) * ROUND_SPACER_BYTES
+    if size == 0 or device.type != "cuda" or not torch.cuda.is_available():
+        return 0
+    free, _ = torch.cuda.mem_get_info(device)
+    return size if free - size >= 2 * grown else 0
 
 
 def _unresolved(savings: Sequence[float]) -> bool:
