@@ -28,6 +28,7 @@ def _make_step(target: str):
     path, _, name = target.partition(":")
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dynamo imports the step's module by name when it traces the step
     spec.loader.exec_module(module)
     return getattr(module, name or "make_step")
 

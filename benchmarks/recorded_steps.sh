@@ -21,7 +21,8 @@ runs=(2026-12-01_fixes2 2026-12-01_fixes4 2026-12-01_fixes5 2026-12-01_fixes6 20
       2026-12-03_fixes35 2026-12-03_fixes36 2026-12-03_fixes37 2026-12-03_fixes38
       2026-12-04_fixes39 2026-12-04_fixes40 2026-12-04_fixes41 2026-12-04_fixes42 2026-12-04_fixes43 2026-12-04_fixes44
       2026-12-04_fixes45 2026-12-04_fixes46 2026-12-04_fixes47 2026-12-04_fixes48
-      2026-12-04_fixes49 2026-12-04_fixes50 2026-12-04_fixes51 2026-12-04_fixes52 2026-12-04_fixes53 2026-12-04_fixes54 2026-12-04_fixes55)
+      2026-12-04_fixes49 2026-12-04_fixes50 2026-12-04_fixes51 2026-12-04_fixes52 2026-12-04_fixes53 2026-12-04_fixes54 2026-12-04_fixes55
+      2026-12-07_fixes56 2026-12-07_fixes57)
 # From fixes16 on, each fix was timed in windows alternating with the step as given.
 declare -A config
 profiles=()
