@@ -63,7 +63,7 @@ def _child(args: argparse.Namespace) -> int:
                    if e.device_type == torch.autograd.DeviceType.CUDA]
         row = {"hold": args.hold, "address": hex(x.data_ptr()), "dtype": dtype,
                "us": timing.us[dtype_timing.variant(dtype, args.scale, "")],
-               "phases": {k: v for k, v in timing.us.items()}, "kernels": kernels}
+               "phases": dict(timing.us), "kernels": kernels}
     finally:
         del held
         for restore in reversed(restores):

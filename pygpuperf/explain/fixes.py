@@ -845,8 +845,9 @@ def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Gi
             samples: int, steps: int, pairs: int | None = None, host_pace: bool = False) -> _Windows:
     """Windows of the step as given and of the fixed step in turn (:data:`PAIRED`'s count, or `pairs`; on an
     accelerator more, up to :data:`MAX_PAIRED`, while their savings are not resolved: :func:`_unresolved`),
-    `steps` timed steps each, torch's flags set to each one's before its window; with `host_pace`, the given
-    step's host time after a drain before each pair (:data:`HOST_PACE_STEPS` steps)."""
+    `steps` timed steps each, torch's flags set to each one's before its window, each pair behind its spacer
+    (:func:`_window_spacer`); with `host_pace`, the given step's host time after a drain before each pair
+    (:data:`HOST_PACE_STEPS` steps)."""
     count, warmup, _ = PAIRED.get(device.type, PAIRED["other"])
     count = pairs or count
     most = count if pairs or device.type == "cpu" else max(count, MAX_PAIRED)
