@@ -203,6 +203,12 @@ def main() -> int:
                              for (w, f), rs in in_pairs.items() if (w, f) not in steady)
         print(f"measured beyond the noise in more than one paired run: {len(in_pairs)} fixes, {len(steady)} "
               f"within 25 % in every one; not: {unsteady or 'none'}")
+    # Every measurement pooled, not one a fix: how often one run of --try-fixes lands within 25 %.
+    pooled = [(run, r) for runs in repeats.values() for run, r in runs
+              if r["paired"] and r.get("measurable") and "right" in r]
+    if pooled:
+        print(f"every paired measurement beyond the noise: {sum(r['right'] for _, r in pooled)} of {len(pooled)} "
+              f"within 25 % ({len({run for run, _ in pooled})} runs)")
     print(f"{len(scored)} fix x workload pairs with a prediction, {sum(r['right'] for r in scored)} right; "
           f"{len(measurable)} with a change beyond the noise, {sum(r['right'] for r in measurable)} of those within "
           "25 % of the measured change")
