@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The device machine takes a working tree of at most 64 MiB, and the raw results' archives are more than that.
+# A GPU machine sent this working tree may take at most 64 MiB, and the raw results' archives are more than that:
+# move them out of the tree before the tree is sent, and back after.
 #   bash benchmarks/device_tree.sh aside [KEEP_REGEX]  # archives not matching KEEP_REGEX into .git/results-aside
 #   bash benchmarks/device_tree.sh back                # every archive put aside back in benchmarks/results/
 # Put them back before any commit: while aside, git sees them as deleted.
