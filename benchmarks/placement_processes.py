@@ -20,28 +20,19 @@ from pathlib import Path
 HELD_SHARE = 0.85
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
-
-
 def _child(args: argparse.Namespace) -> int:
     import torch
 
-    from pygpuperf.core import torch_flags
     from pygpuperf.explain import convs, dtype_timing
-    from pygpuperf.explain.compare import load_explanation
 
-    records = load_explanation(args.explain).median.kernels
-    shape = next(s for s in convs.conv_shapes(records) if s.input == args.input and s.weight == args.weight)
-    search, tf32 = convs._library_settings(records) or (False, True)
-    restores = [torch_flags.set_attribute(torch.backends.cudnn, "benchmark", search), torch_flags.set_cudnn_tf32(tf32)]
+    from placement_rounds import ints, step_conv  # the sibling script's shape and the step's library settings
+
     device = torch.device("cuda")
-    dtype = convs.step_dtype(records)
-    held = None
-    if args.hold:
-        free, _ = torch.cuda.mem_get_info(device)
-        held = torch.empty(int(free * HELD_SHARE), dtype=torch.uint8, device=device)
-    try:
+    with step_conv(args.explain, ints(args.input), ints(args.weight)) as (shape, dtype):
+        held = None
+        if args.hold:
+            free, _ = torch.cuda.mem_get_info(device)
+            held = torch.empty(int(free * HELD_SHARE), dtype=torch.uint8, device=device)
         timing = convs.time_conv(shape, True, device, dtypes=[dtype], scale=args.scale)
         # One forward and backward traced, on tensors of the timing's shape and dtype, for the kernels' names.
         images = [round(shape.input[0] * args.scale), *shape.input[1:]]
@@ -64,10 +55,7 @@ def _child(args: argparse.Namespace) -> int:
         row = {"hold": args.hold, "address": hex(x.data_ptr()), "dtype": dtype,
                "us": timing.us[dtype_timing.variant(dtype, args.scale, "")],
                "phases": dict(timing.us), "kernels": kernels}
-    finally:
         del held
-        for restore in reversed(restores):
-            restore()
     print(json.dumps(row))
     return 0
 
@@ -85,7 +73,6 @@ def main() -> int:
     parser.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        args.input, args.weight = _ints(args.input), _ints(args.weight)
         return _child(args)
     rows = []
     for n in range(args.processes):

@@ -10,9 +10,11 @@ with the address a tensor of the input's size gets just before each timing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -23,8 +25,24 @@ from pygpuperf.explain.compare import load_explanation
 from pygpuperf.workloads.recipe import release_device_memory
 
 
-def _ints(text: str) -> list[int]:
+def ints(text: str) -> list[int]:
+    """A shape written as comma-separated integers."""
     return [int(x) for x in text.split(",")]
+
+
+@contextlib.contextmanager
+def step_conv(explain: Path, input_shape: list[int], weight: list[int]) -> Iterator[tuple[convs.ConvShape, str]]:
+    """The convolution of `input_shape` × `weight` that a profiled step ran, and the dtype it ran in, with the
+    step's cuDNN settings (algorithm search, TF32) set inside the block."""
+    records = load_explanation(explain).median.kernels
+    shape = next(s for s in convs.conv_shapes(records) if s.input == input_shape and s.weight == weight)
+    search, tf32 = convs._library_settings(records) or (False, True)
+    restores = [torch_flags.set_attribute(torch.backends.cudnn, "benchmark", search), torch_flags.set_cudnn_tf32(tf32)]
+    try:
+        yield shape, convs.step_dtype(records)
+    finally:
+        for restore in reversed(restores):
+            restore()
 
 
 def main() -> int:
@@ -32,18 +50,12 @@ def main() -> int:
     parser.add_argument("explain", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--input", type=_ints, default=[64, 32, 256, 256])
-    parser.add_argument("--weight", type=_ints, default=[32, 32, 3, 3])
+    parser.add_argument("--input", type=ints, default=[64, 32, 256, 256])
+    parser.add_argument("--weight", type=ints, default=[32, 32, 3, 3])
     args = parser.parse_args()
-    e = load_explanation(args.explain)
-    records = e.median.kernels
-    shape = next(s for s in convs.conv_shapes(records) if s.input == args.input and s.weight == args.weight)
-    search, tf32 = convs._library_settings(records) or (False, True)
-    restores = [torch_flags.set_attribute(torch.backends.cudnn, "benchmark", search), torch_flags.set_cudnn_tf32(tf32)]
     device = torch.device("cuda")
-    dtype = convs.step_dtype(records)
     rows = []
-    try:
+    with step_conv(args.explain, args.input, args.weight) as (shape, dtype):
         for spaced in (False, True):
             for n in range(args.rounds):
                 for scale in (1.0, 2.0):
@@ -56,9 +68,6 @@ def main() -> int:
                         timing = convs.time_conv(shape, True, device, dtypes=[dtype], scale=scale)
                     rows.append({"spaced": spaced, "round": n, "scale": scale, "address": hex(address),
                                  "us": timing.us})
-    finally:
-        for restore in reversed(restores):
-            restore()
     summary = {}
     for spaced in (False, True):
         for scale in (1.0, 2.0):
