@@ -4,8 +4,8 @@
 
 EXPLAIN.json files are taken in the order given: a fix a later run measured on the same configuration
 replaces an earlier run's row for it; where one run measured it more than once, the worse row stands. A fix
-measured in more than one run is listed with each run's change and error, and one line counts the fixes
-within 25 % in every run that timed them in window pairs.
+measured in more than one run is listed with each run's change and error, one line counts the fixes
+within 25 % in every run that timed them in window pairs, and one the paired measurements within 25 %.
 
 A fix's error is |predicted - measured| step time as a share of the measured change (baseline -
 measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. A fix timed
