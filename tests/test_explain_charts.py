@@ -15,14 +15,15 @@ import pytest
 from pygpuperf.explain import attribution
 from pygpuperf.explain.model import ExplainedStep, Explanation
 from pygpuperf.explain.words import label
-from pygpuperf.explain.model import (LAYOUT, MEMCPY, MEMORY_BOUND, TENSOR_GEMM, Idle, KernelRecord, Timeline,
-                                     Waterfall)
+from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.report.chart import roofline_svg
 from pygpuperf.report.explain_charts import (IDEAL, MEASURED, MIN_SHARE, explain_charts, explain_roofline,
                                              explain_roofline_svg, kernel_groups, kernel_points,
                                              short_kernel_name, waterfall_bars, waterfall_chart, waterfall_svg)
 from pygpuperf.report.explain_html import explain_section_html, write_explain_html, write_explain_report
 from pygpuperf.core.results import Ceiling, MachineModel, Results
+from pygpuperf.core.vocabulary import Part
 
 SVG = "{http://www.w3.org/2000/svg}"
 HOSTILE_KERNEL = '<script>alert("k")</script> void evil<int>(float*) & $x$'
@@ -30,21 +31,21 @@ HOSTILE_OP = "aten::<img src=x onerror=alert(1)>"
 
 # (name, op, class, precision, duration us, FLOPs, bytes, bound us)
 KERNELS = [
-    ("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32", "aten::cudnn_convolution", TENSOR_GEMM, "fp16.acc32",
+    ("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32", "aten::cudnn_convolution", KernelClass.TENSOR_GEMM, "fp16.acc32",
      4000.0, 2.0e12, 4.0e9, 2500.0),
-    ("sm90_xmma_fprop_small", "aten::cudnn_convolution", TENSOR_GEMM, "fp16.acc32", 1000.0, 0.4e12, 1.0e9, 500.0),
-    ("sm90_xmma_dgrad", "aten::convolution_backward", TENSOR_GEMM, "fp16.acc32", 6000.0, 4.0e12, 8.0e9, 5000.0),
-    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<__half, float>(float*)", "aten::cudnn_batch_norm", MEMORY_BOUND, "fp16",
+    ("sm90_xmma_fprop_small", "aten::cudnn_convolution", KernelClass.TENSOR_GEMM, "fp16.acc32", 1000.0, 0.4e12, 1.0e9, 500.0),
+    ("sm90_xmma_dgrad", "aten::convolution_backward", KernelClass.TENSOR_GEMM, "fp16.acc32", 6000.0, 4.0e12, 8.0e9, 5000.0),
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<__half, float>(float*)", "aten::cudnn_batch_norm", KernelClass.MEMORY_BOUND, "fp16",
      3000.0, 1.0e10, 8.0e9, 2000.0),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::relu>(int)", "aten::relu_", MEMORY_BOUND, "fp16",
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::relu>(int)", "aten::relu_", KernelClass.MEMORY_BOUND, "fp16",
      1500.0, 1.0e9, 4.0e9, 1000.0),
-    ("void at::native::elementwise_kernel<128, 4>(int)", "aten::relu_", MEMORY_BOUND, "fp16",
+    ("void at::native::elementwise_kernel<128, 4>(int)", "aten::relu_", KernelClass.MEMORY_BOUND, "fp16",
      500.0, 0.5e9, 2.0e9, 500.0),
-    ("nchwToNhwcKernel", "aten::contiguous", LAYOUT, "", 800.0, 0.0, 2.0e9, 500.0),
-    (HOSTILE_KERNEL, HOSTILE_OP, MEMORY_BOUND, "fp32", 700.0, 1.0e8, 2.8e9, 700.0),
-    ("Memcpy DtoD (Device -> Device)", "", MEMCPY, "", 100.0, 0.0, 4.0e8, 100.0),
-    ("fast_reduce_kernel", "aten::sum", MEMORY_BOUND, "fp16", 200.0, 1.0e8, 1.2e9, 300.0),  # beats its bound
-    ("tiny_scalar_kernel", "aten::mul", MEMORY_BOUND, "fp32", 2.0, 2.0, 24.0, 0.01),  # far under MIN_SHARE
+    ("nchwToNhwcKernel", "aten::contiguous", KernelClass.LAYOUT, "", 800.0, 0.0, 2.0e9, 500.0),
+    (HOSTILE_KERNEL, HOSTILE_OP, KernelClass.MEMORY_BOUND, "fp32", 700.0, 1.0e8, 2.8e9, 700.0),
+    ("Memcpy DtoD (Device -> Device)", "", KernelClass.MEMCPY, "", 100.0, 0.0, 4.0e8, 100.0),
+    ("fast_reduce_kernel", "aten::sum", KernelClass.MEMORY_BOUND, "fp16", 200.0, 1.0e8, 1.2e9, 300.0),  # beats its bound
+    ("tiny_scalar_kernel", "aten::mul", KernelClass.MEMORY_BOUND, "fp32", 2.0, 2.0, 24.0, 0.01),  # far under MIN_SHARE
 ]
 IDLE = Idle(host_bound_us=2000.0, launch_gap_us=500.0, sync_us=0.0)
 
@@ -67,16 +68,16 @@ def explanation() -> Explanation:
     parts = dict.fromkeys(attribution.WATERFALL_PARTS, 0.0)
     ideal = 0.0
     for r in records:
-        if r.kernel_class == LAYOUT:
-            parts[attribution.PART_LAYOUT] += r.duration_us
+        if r.kernel_class == KernelClass.LAYOUT:
+            parts[Part.LAYOUT] += r.duration_us
             continue
         share = min(r.bound_us, r.duration_us)
         ideal += share
-        part = attribution.PART_MEMCPY if r.kernel_class == MEMCPY else (
-            attribution.PART_TENSOR if r.kernel_class == TENSOR_GEMM else attribution.PART_MEMORY)
+        part = Part.MEMCPY if r.kernel_class == KernelClass.MEMCPY else (
+            Part.TENSOR if r.kernel_class == KernelClass.TENSOR_GEMM else Part.MEMORY)
         parts[part] += r.duration_us - share
-    parts[attribution.IDLE_HOST] = IDLE.host_bound_us
-    parts[attribution.IDLE_LAUNCH] = IDLE.launch_gap_us
+    parts[Part.IDLE_HOST] = IDLE.host_bound_us
+    parts[Part.IDLE_LAUNCH] = IDLE.launch_gap_us
     waterfall = Waterfall(ideal_us=ideal, parts=parts, measured_us=line.wall_us, unexplained_us=0.0,
                           coverage=1.0)
     step = ExplainedStep(1, records, line, waterfall, attribution.self_check(records))
@@ -138,7 +139,7 @@ def test_kernel_groups_sum_time_flops_and_bytes_per_op_class_and_precision():
     relu = next(g for g in groups if g.op == "aten::relu_")
     assert relu.names == (KERNELS[4][0], KERNELS[5][0]) and relu.time_us == 2000.0
     # A kernel no op launched is grouped by its name, shortened.
-    copy = next(g for g in groups if g.kernel_class == MEMCPY)
+    copy = next(g for g in groups if g.kernel_class == KernelClass.MEMCPY)
     assert copy.op == "" and copy.label == "Memcpy DtoD"
     assert next(g for g in groups if g.op == "aten::sum").efficiency == pytest.approx(1.5)
     by_name = kernel_groups(e, by="name")
@@ -161,11 +162,11 @@ def test_short_kernel_names_drop_namespaces_templates_and_arguments():
 def test_an_empty_step_still_charts_and_renders(tmp_path: Path):
     line = Timeline(wall_us=1000.0, busy_us=0.0, idle=Idle(host_bound_us=600.0))
     parts = dict.fromkeys(attribution.WATERFALL_PARTS, 0.0)
-    parts[attribution.IDLE_HOST] = 600.0
+    parts[Part.IDLE_HOST] = 600.0
     step = ExplainedStep(0, [], line, Waterfall(0.0, parts, 1000.0, 400.0, 0.6), [])
     e = Explanation("cpu", [step], step)
     assert kernel_groups(e) == [] and kernel_points(e) == []
-    assert [b.name for b in waterfall_bars(e)] == [IDEAL, attribution.IDLE_HOST, attribution.UNEXPLAINED, MEASURED]
+    assert [b.name for b in waterfall_bars(e)] == [IDEAL, Part.IDLE_HOST, Part.UNEXPLAINED, MEASURED]
     names = [p.name for p in write_explain_report(e, tmp_path, model()).paths]
     assert names == ["waterfall.png", "waterfall.svg", "kernel_roofline.png", "kernel_roofline.svg", "explain.html"]
     text = "".join(_parse((tmp_path / "explain.html").read_text(encoding="utf-8")).text)
@@ -240,7 +241,7 @@ def test_waterfall_bars_stack_from_the_ideal_to_the_measured_step():
     w = e.median.waterfall
     bars = waterfall_bars(e)
     nonzero = [name for name, us in w.parts.items() if us != 0]
-    assert [b.name for b in bars] == [IDEAL, *nonzero, attribution.UNEXPLAINED, MEASURED]
+    assert [b.name for b in bars] == [IDEAL, *nonzero, Part.UNEXPLAINED, MEASURED]
     for before, bar in zip(bars[:-2], bars[1:-1]):
         assert bar.start_us == pytest.approx(before.end_us)  # each part starts where the last ended
     assert bars[-2].end_us == pytest.approx(w.measured_us) and bars[-1].length_us == w.measured_us
@@ -254,13 +255,13 @@ def test_waterfall_chart_writes_png_and_svg_with_parts_in_order(tmp_path: Path):
     path = waterfall_chart(e, tmp_path / "w.svg", device="Test GPU H1")
     root = _svg_root(path.read_text(encoding="utf-8"))
     texts = _texts(root)
-    rows = [IDEAL, *(label(name) for name, us in w.parts.items() if us != 0), label(attribution.UNEXPLAINED),
+    rows = [IDEAL, *(label(name) for name, us in w.parts.items() if us != 0), label(Part.UNEXPLAINED),
             MEASURED]
     assert [t for t in texts if t in rows] == rows
-    assert label(attribution.IDLE_SYNC) not in texts  # zero: no row, named in the note instead
-    assert any(t.startswith("no time in:") and label(attribution.IDLE_SYNC) in t for t in texts)
+    assert label(Part.IDLE_SYNC) not in texts  # zero: no row, named in the note instead
+    assert any(t.startswith("no time in:") and label(Part.IDLE_SYNC) in t for t in texts)
     assert f"{w.ideal_us / 1e3:,.2f} ms ({100 * w.ideal_us / w.measured_us:.1f}%)" in texts
-    host = w.parts[attribution.IDLE_HOST]
+    host = w.parts[Part.IDLE_HOST]
     assert f"+{host / 1e3:,.2f} ms ({100 * host / w.measured_us:.1f}%)" in texts
     assert f"{w.measured_us / 1e3:,.2f} ms" in texts
     assert any("Test GPU H1" in t and "coverage 100.0%" in t for t in texts)
@@ -356,7 +357,7 @@ def test_page_numbers_add_up_to_the_explanation(page: str):
     rows = {r[0]: r[1:] for r in parsed.rows if r}
     assert rows[IDEAL][0] == f"{w.ideal_us / 1e3:,.2f}"
     assert rows[MEASURED] == [f"{w.measured_us / 1e3:,.2f}", "100.0%"]
-    listed = [IDEAL, *map(label, w.parts), label(attribution.UNEXPLAINED)]
+    listed = [IDEAL, *map(label, w.parts), label(Part.UNEXPLAINED)]
     assert sum(float(rows[name][0].replace(",", "")) for name in listed) == pytest.approx(w.measured_us / 1e3,
                                                                                       abs=0.01 * len(listed))
     # The group table: one row per group (fewer than 25), ranked by time, times summing to the kernel time.

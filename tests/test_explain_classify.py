@@ -6,15 +6,8 @@ from pathlib import Path
 import pytest
 
 from pygpuperf.explain.classify import RULES, KernelContext, MathSettings, classify, classify_all
-from pygpuperf.explain.model import (
-    VECTOR_MATH,
-    KERNEL_CLASSES,
-    LAYOUT,
-    MEMORY_BOUND,
-    OTHER,
-    TENSOR_GEMM,
-    KernelRecord,
-)
+from pygpuperf.explain.model import KernelRecord
+from pygpuperf.core.vocabulary import KernelClass
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "kernel_names.json").read_text())
 KERNELS = FIXTURE["kernels"]
@@ -36,7 +29,7 @@ def test_fixture_names(entry):
 
 
 def test_fixture_covers_every_class():
-    assert {e["class"] for e in KERNELS} == set(KERNEL_CLASSES)
+    assert {e["class"] for e in KERNELS} == set(tuple(KernelClass))
     assert len({e["name"] for e in KERNELS if "op_stack" not in e and "layout_copy" not in e}) >= 50
 
 
@@ -46,25 +39,25 @@ FP32_XMMA = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x16_stage4_war
 
 def test_fp32_gemm_follows_the_tf32_switches():
     mm = record(FP32_XMMA, "aten::mm", ["float32", "float32"])
-    assert classify(mm) == (VECTOR_MATH, "fp32")  # torch's default: no TF32 for matmuls
-    assert classify(mm, KernelContext(settings=MathSettings(matmul_tf32=True))) == (TENSOR_GEMM, "tf32.acc32")
+    assert classify(mm) == (KernelClass.VECTOR_MATH, "fp32")  # torch's default: no TF32 for matmuls
+    assert classify(mm, KernelContext(settings=MathSettings(matmul_tf32=True))) == (KernelClass.TENSOR_GEMM, "tf32.acc32")
     # Convolutions follow cuDNN's switch, which torch leaves on.
     conv = record(FP32_XMMA.replace("gemm", "fprop_implicit_gemm"), "aten::cudnn_convolution", ["float32"])
-    assert classify(conv) == (TENSOR_GEMM, "tf32.acc32")
-    assert classify(conv, KernelContext(settings=MathSettings(cudnn_tf32=False))) == (VECTOR_MATH, "fp32")
+    assert classify(conv) == (KernelClass.TENSOR_GEMM, "tf32.acc32")
+    assert classify(conv, KernelContext(settings=MathSettings(cudnn_tf32=False))) == (KernelClass.VECTOR_MATH, "fp32")
 
 
 def test_fp16_accumulation_switch_when_the_name_does_not_say():
     # A GEMM kernel no name rule knows, launched by aten::mm: class and precision from the op.
     gemm = record("gemm_kernel_from_a_new_library", "aten::mm", ["float16", "float16"])
-    assert classify(gemm) == (TENSOR_GEMM, "fp16.acc32")
+    assert classify(gemm) == (KernelClass.TENSOR_GEMM, "fp16.acc32")
     acc16 = KernelContext(settings=MathSettings(fp16_accumulation=True))
-    assert classify(gemm, acc16) == (TENSOR_GEMM, "fp16.acc16")
+    assert classify(gemm, acc16) == (KernelClass.TENSOR_GEMM, "fp16.acc16")
     # Where the name spells the accumulator, the name wins over the switch.
     named = record("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT", "aten::mm", ["float16", "float16"])
-    assert classify(named, acc16) == (TENSOR_GEMM, "fp16.acc32")
+    assert classify(named, acc16) == (KernelClass.TENSOR_GEMM, "fp16.acc32")
     # The same unknown name outside a GEMM op is not math.
-    assert classify(record("gemm_kernel_from_a_new_library", "my_ext::op", ["float16"])) == (OTHER, "")
+    assert classify(record("gemm_kernel_from_a_new_library", "my_ext::op", ["float16"])) == (KernelClass.OTHER, "")
 
 
 COPY = (
@@ -75,28 +68,28 @@ COPY = (
 
 def test_copy_kernel_class_depends_on_the_launching_op():
     copy = record(COPY, "aten::copy_", ["float32", "float32"])
-    assert classify(copy) == (MEMORY_BOUND, "fp32")
-    assert classify(copy, KernelContext(op_stack=("aten::contiguous", "aten::clone", "aten::copy_"))) == (LAYOUT, "")
-    assert classify(copy, KernelContext(op_stack=("aten::add_", "aten::copy_"))) == (MEMORY_BOUND, "fp32")
-    assert classify(copy, KernelContext(layout_copy=True)) == (LAYOUT, "")
+    assert classify(copy) == (KernelClass.MEMORY_BOUND, "fp32")
+    assert classify(copy, KernelContext(op_stack=("aten::contiguous", "aten::clone", "aten::copy_"))) == (KernelClass.LAYOUT, "")
+    assert classify(copy, KernelContext(op_stack=("aten::add_", "aten::copy_"))) == (KernelClass.MEMORY_BOUND, "fp32")
+    assert classify(copy, KernelContext(layout_copy=True)) == (KernelClass.LAYOUT, "")
     # The record's own op counts as the innermost op when no stack is given.
-    assert classify(record(COPY, "aten::contiguous", ["float32"])) == (LAYOUT, "")
+    assert classify(record(COPY, "aten::contiguous", ["float32"])) == (KernelClass.LAYOUT, "")
 
 
 def test_data_precision_falls_back_to_the_kernel_name():
     name = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>, std::array<char*, 1ul> >"
-    assert classify(record(name)) == (MEMORY_BOUND, "bf16")
-    assert classify(record(name, "aten::fill_", ["float16", "Scalar"])) == (MEMORY_BOUND, "fp16")
+    assert classify(record(name)) == (KernelClass.MEMORY_BOUND, "bf16")
+    assert classify(record(name, "aten::fill_", ["float16", "Scalar"])) == (KernelClass.MEMORY_BOUND, "fp16")
 
 
 def test_unknown_kernel_is_other():
-    assert classify(record("totally_custom_kernel")) == (OTHER, "")
+    assert classify(record("totally_custom_kernel")) == (KernelClass.OTHER, "")
 
 
 def test_classify_all_sets_the_fields():
     records = [record("ampere_sgemm_128x64_nn", "aten::mm", ["float32"]), record("Memset (Device)")]
     classify_all(records)
-    assert [(r.kernel_class, r.precision) for r in records] == [(VECTOR_MATH, "fp32"), ("memcpy_memset", "")]
+    assert [(r.kernel_class, r.precision) for r in records] == [(KernelClass.VECTOR_MATH, "fp32"), ("memcpy_memset", "")]
 
 
 def test_every_rule_is_reached_by_the_fixture():

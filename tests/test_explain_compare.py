@@ -13,6 +13,7 @@ import pytest
 from pygpuperf.explain import attribution, compare
 from pygpuperf.explain.model import ExplainedStep, Explanation
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.core.vocabulary import KernelClass
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TARBALL = Path(__file__).parents[1] / "benchmarks" / "results" / "nvidia-h200_2026-11-30_explain-resnet50.tar.gz"
@@ -64,7 +65,7 @@ def test_pair_matches_compare_categories():
     for d in reference:
         assert got[d.category].delta_us == pytest.approx(d.delta_us)
         assert got[d.category].base_us == pytest.approx(d.a_us) and got[d.category].other_us == pytest.approx(d.b_us)
-        if d.category in attribution.KERNEL_CLASSES:
+        if d.category in tuple(KernelClass):
             assert got[d.category].matched_us == pytest.approx(d.matched_us)
             assert got[d.category].unmatched_us == pytest.approx(d.unmatched_us)
         else:
@@ -220,7 +221,7 @@ def test_h200_nchw_against_channels_last():
     got = changes(pair)
     for category, ref in doc["pair"]["compare_categories"].items():
         assert got[category].delta_us == pytest.approx(ref["delta_us"], abs=0.05)
-        if category in attribution.KERNEL_CLASSES:
+        if category in tuple(KernelClass):
             assert got[category].matched_us == pytest.approx(ref["matched_us"], abs=0.05)
             assert got[category].unmatched_us == pytest.approx(ref["unmatched_us"], abs=0.05)
     assert pair.named_share >= compare.NAMED_SHARE_GOAL
@@ -237,7 +238,7 @@ def test_h200_batch_64_against_256_per_sample():
     def config(label: str) -> compare.Config:
         d = doc[label]
         records = [kernel(cls, us, f"aten::{cls}") for cls, us in d["category_us"].items()
-                   if cls in attribution.KERNEL_CLASSES and us > 0]
+                   if cls in tuple(KernelClass) and us > 0]
         return compare.Config(label, step(records, Idle(**d["timeline"]["idle"])), d["batch_size"])
 
     c = compare.compare([config("channels_last_bs64"), config("channels_last")])

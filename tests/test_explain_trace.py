@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pygpuperf.explain.classify import MathSettings
-from pygpuperf.explain.model import COMMUNICATION, LAYOUT, MEMCPY, MEMORY_BOUND, TENSOR_GEMM
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.explain.trace import (
     STEP_RANGE,
     capture_step,
@@ -75,16 +75,16 @@ def test_kernel_fields(trace):
     assert (fprop.op, fprop.module, fprop.phase) == ("aten::cudnn_convolution", "conv1", "forward")
     assert fprop.input_shapes[:2] == [[8, 3, 32, 32], [16, 3, 3, 3]]
     assert fprop.dtypes[:2] == ["float16", "float16"]
-    assert (fprop.kernel_class, fprop.precision) == (TENSOR_GEMM, "fp16.acc32")
+    assert (fprop.kernel_class, fprop.precision) == (KernelClass.TENSOR_GEMM, "fp16.acc32")
 
     layout = by_prefix(step0.kernels, "void cudnn::ops::nchwToNhwcKernel")
-    assert (layout.module, layout.kernel_class, layout.launch_us) == ("conv1", LAYOUT, 1050)
+    assert (layout.module, layout.kernel_class, layout.launch_us) == ("conv1", KernelClass.LAYOUT, 1050)
 
     addmm = by_prefix(step0.kernels, "nvjet_hsh_64x8_64x16_4x1_v_bz_TNN")
     assert (addmm.op, addmm.module, addmm.input_shapes[1:3]) == ("aten::addmm", "fc", [[8, 64], [64, 10]])
 
     loss = by_prefix(step0.kernels, "void (anonymous namespace)::softmax_warp_forward")
-    assert (loss.op, loss.module, loss.phase, loss.kernel_class) == ("aten::_log_softmax", "", "forward", MEMORY_BOUND)
+    assert (loss.op, loss.module, loss.phase, loss.kernel_class) == ("aten::_log_softmax", "", "forward", KernelClass.MEMORY_BOUND)
 
 
 def test_backward_kernels_take_the_module_of_their_forward_op(trace):
@@ -94,20 +94,20 @@ def test_backward_kernels_take_the_module_of_their_forward_op(trace):
     for prefix in ("sm90_xmma_dgrad", "sm90_xmma_wgrad"):
         r = by_prefix(step0.kernels, prefix)
         assert (r.op, r.module, r.phase) == ("aten::convolution_backward", "conv1", "backward")
-        assert (r.kernel_class, r.precision) == (TENSOR_GEMM, "fp16.acc32")
+        assert (r.kernel_class, r.precision) == (KernelClass.TENSOR_GEMM, "fp16.acc32")
     nccl = by_prefix(step0.kernels, "ncclDevKernel")
-    assert (nccl.stream, nccl.phase, nccl.kernel_class) == (20, "backward", COMMUNICATION)
+    assert (nccl.stream, nccl.phase, nccl.kernel_class) == (20, "backward", KernelClass.COMMUNICATION)
 
 
 def test_optimizer_and_other_phases(trace):
     step0 = steps_from_chrome_trace(trace, device_index=0)[0]
     opt = by_prefix(step0.kernels, "void at::native::(anonymous namespace)::multi_tensor_apply_kernel")
     assert (opt.op, opt.phase) == ("aten::_foreach_add_", "optimizer")
-    assert (opt.kernel_class, opt.precision) == (MEMORY_BOUND, "fp16")
+    assert (opt.kernel_class, opt.precision) == (KernelClass.MEMORY_BOUND, "fp16")
     h2d = by_prefix(step0.kernels, "Memcpy HtoD")
     d2h = by_prefix(step0.kernels, "Memcpy DtoH")
-    assert (h2d.op, h2d.phase, h2d.kernel_class) == ("aten::copy_", "other", MEMCPY)
-    assert (d2h.op, d2h.phase, d2h.kernel_class) == ("aten::_local_scalar_dense", "other", MEMCPY)
+    assert (h2d.op, h2d.phase, h2d.kernel_class) == ("aten::copy_", "other", KernelClass.MEMCPY)
+    assert (d2h.op, d2h.phase, d2h.kernel_class) == ("aten::_local_scalar_dense", "other", KernelClass.MEMCPY)
     assert {k.phase for k in step0.kernels} == {"forward", "backward", "optimizer", "other"}
 
 
@@ -115,10 +115,10 @@ def test_layout_copy_and_external_id_fallback(trace):
     step1 = steps_from_chrome_trace(trace, device_index=0)[1]
     copy_kernel = by_prefix(step1.kernels, "void at::native::elementwise_kernel<128, 2")
     # Launched by aten::copy_ under aten::contiguous with differing strides: a layout change.
-    assert (copy_kernel.op, copy_kernel.module, copy_kernel.kernel_class) == ("aten::copy_", "act", LAYOUT)
+    assert (copy_kernel.op, copy_kernel.module, copy_kernel.kernel_class) == ("aten::copy_", "act", KernelClass.LAYOUT)
     fill = by_prefix(step1.kernels, "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor")
     assert fill.launch_us is None  # no runtime event with its correlation id
-    assert (fill.op, fill.module, fill.kernel_class, fill.precision) == ("aten::fill_", "act", MEMORY_BOUND, "fp16")
+    assert (fill.op, fill.module, fill.kernel_class, fill.precision) == ("aten::fill_", "act", KernelClass.MEMORY_BOUND, "fp16")
 
 
 def test_device_filter(trace):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pygpuperf.explain import explainer
-from pygpuperf.explain.attribution import UNEXPLAINED
+from pygpuperf.core.vocabulary import Part
 from pygpuperf.explain.trace import CapturedSteps, MathSettings, steps_from_chrome_trace
 from pygpuperf.core.results import Ceiling, MachineModel
 from pygpuperf.report import explained
@@ -56,7 +56,7 @@ def test_outputs_and_summary(explanation, tmp_path):
     assert len(doc["kernels"]) == len(explanation.median.kernels)
     assert paths[1].read_text().splitlines()[0].startswith("name,start_us,duration_us")
     text = "\n".join(explainer.summary_lines(explanation))
-    assert "roofline ideal" in text and "= measured" in text and UNEXPLAINED in text and "coverage" in text
+    assert "roofline ideal" in text and "= measured" in text and Part.UNEXPLAINED in text and "coverage" in text
 
 
 def test_the_returned_explanation_has_its_findings_before_anything_is_written(explanation, tmp_path):

@@ -11,7 +11,8 @@ import pytest
 
 from pygpuperf.analyze import machine_model
 from pygpuperf.explain.model import ExplainedStep, Explanation, Throughput
-from pygpuperf.explain.model import MEMORY_BOUND, Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.core.results import Results, Stats
 
 HBM = 4000.0
@@ -28,7 +29,7 @@ def _results_doc(name: str = "NVIDIA H200", device: str = "cuda:0") -> dict:
 
 
 def _profile_doc(device: str = "cuda:0", wall_us: float = 1000.0, step_us: float = 1000.0) -> dict:
-    kernel = KernelRecord("add", start_us=0.0, duration_us=800.0, kernel_class=MEMORY_BOUND, precision="fp16",
+    kernel = KernelRecord("add", start_us=0.0, duration_us=800.0, kernel_class=KernelClass.MEMORY_BOUND, precision="fp16",
                           bytes=1e9)
     line = Timeline(wall_us=wall_us, busy_us=800.0, idle=Idle(host_bound_us=200.0))
     step = ExplainedStep(0, [kernel], line, Waterfall(0.0, {}, wall_us, 0.0, 1.0), [])

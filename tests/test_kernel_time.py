@@ -12,7 +12,8 @@ from pygpuperf.analyze.kernel_time import (MATRIX, MEMORY, VECTOR, Access, Kerne
 from pygpuperf.core.results import Ceiling, MachineModel
 from pygpuperf.explain.accesses import AccessTraceMode, resident_storages
 from pygpuperf.explain.classify import classify
-from pygpuperf.explain.model import MEMORY_BOUND, TENSOR_GEMM, KernelRecord
+from pygpuperf.explain.model import KernelRecord
+from pygpuperf.core.vocabulary import KernelClass
 
 MB = 1 << 20
 
@@ -117,9 +118,9 @@ def test_a_gemv_is_bounded_by_its_bytes_whatever_runs_it():
     assert t.memory_us > 50 * t.compute_us and t.ceiling == "memory:hbm"
     record = KernelRecord("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT", 0.0, 40.0, op="aten::mm",
                           input_shapes=[[1, k], [k, n]], dtypes=["c10::Half", "c10::Half"])
-    assert classify(record)[0] == MEMORY_BOUND  # a decode GEMV is a memory-bound kernel, not tensor-core under-use
+    assert classify(record)[0] == KernelClass.MEMORY_BOUND  # a decode GEMV is a memory-bound kernel, not tensor-core under-use
     record.input_shapes = [[4096, k], [k, n]]
-    assert classify(record)[0] == TENSOR_GEMM
+    assert classify(record)[0] == KernelClass.TENSOR_GEMM
 
 
 def test_the_bound_of_a_datasheet_card_takes_the_measured_fixed_cost_at_its_clock():
@@ -146,7 +147,7 @@ def test_tile_shapes_read_from_kernel_names(name, tile):
 
 
 def _gemm(op: str, shapes: list, phase: str, name: str = "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT") -> KernelRecord:
-    return KernelRecord(name, 0.0, 100.0, op=op, phase=phase, input_shapes=shapes, kernel_class=TENSOR_GEMM)
+    return KernelRecord(name, 0.0, 100.0, op=op, phase=phase, input_shapes=shapes, kernel_class=KernelClass.TENSOR_GEMM)
 
 
 def test_at_twice_the_batch_activation_gemms_get_twice_the_tiles_and_weight_gradients_none():

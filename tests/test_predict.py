@@ -8,11 +8,12 @@ import sys
 import pytest
 
 from pygpuperf.explain import attribution
-from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC
+from pygpuperf.core.vocabulary import Part
 from pygpuperf.analyze.machine_model import machine_model as datasheets_model
 from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Throughput
-from pygpuperf.explain.model import MEMORY_BOUND, TENSOR_GEMM, Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.predict import predict, predict_batch, runs_as
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
 
@@ -29,9 +30,9 @@ def _model(hbm: float = 1000.0, fp16_acc32: float = 100.0, bf16: bool = True, na
 def _profile(gemm_precision: str = "fp16.acc32", idle: Idle | None = None) -> Explanation:
     """One compute-bound GEMM (1 ms bound, 2 ms measured) then one memory-bound kernel (1 ms bound, 4 ms measured),
     with idle time around them on a 10 ms step."""
-    gemm = KernelRecord("gemm", start_us=0.0, duration_us=2000.0, kernel_class=TENSOR_GEMM, precision=gemm_precision,
+    gemm = KernelRecord("gemm", start_us=0.0, duration_us=2000.0, kernel_class=KernelClass.TENSOR_GEMM, precision=gemm_precision,
                         flops=100e12 * 1e-3, bytes=1e6)
-    elementwise = KernelRecord("add", start_us=2000.0, duration_us=4000.0, kernel_class=MEMORY_BOUND,
+    elementwise = KernelRecord("add", start_us=2000.0, duration_us=4000.0, kernel_class=KernelClass.MEMORY_BOUND,
                                precision="fp16", bytes=1000e9 * 1e-3)
     kernels = [gemm, elementwise]
     attribution.assign_bounds(kernels, _model())
@@ -55,28 +56,28 @@ def test_same_model_predicts_the_measured_step():
 
 def test_doubling_bandwidth_halves_memory_bound_and_keeps_compute_bound():
     p = predict(_profile(), _model(), _model(hbm=2000.0))
-    assert _by(p, MEMORY_BOUND) == pytest.approx((4000.0, 2000.0))
-    assert _by(p, TENSOR_GEMM) == pytest.approx((2000.0, 2000.0))
+    assert _by(p, KernelClass.MEMORY_BOUND) == pytest.approx((4000.0, 2000.0))
+    assert _by(p, KernelClass.TENSOR_GEMM) == pytest.approx((2000.0, 2000.0))
     assert p.step_us == pytest.approx(8000.0)
     assert p.ratio_to_source == pytest.approx(10 / 8)
 
 
 def test_half_rate_accumulate_doubles_fp16_acc32_gemm_time():
     p = predict(_profile(), _model(), _model(fp16_acc32=50.0))
-    assert _by(p, TENSOR_GEMM) == pytest.approx((2000.0, 4000.0))
-    assert _by(p, MEMORY_BOUND) == pytest.approx((4000.0, 4000.0))
+    assert _by(p, KernelClass.TENSOR_GEMM) == pytest.approx((2000.0, 4000.0))
+    assert _by(p, KernelClass.MEMORY_BOUND) == pytest.approx((4000.0, 4000.0))
     # fp16 with fp16 accumulate is held against its own (full-rate) figure
     p16 = predict(_profile("fp16.acc16"), _model(), _model(fp16_acc32=50.0))
-    assert _by(p16, TENSOR_GEMM) == pytest.approx((2000.0, 2000.0))
+    assert _by(p16, KernelClass.TENSOR_GEMM) == pytest.approx((2000.0, 2000.0))
 
 
 def test_idle_stays_fixed_and_profiler_overhead_comes_off_host_idle():
     p = predict(_profile(), _model(), _model(hbm=4000.0, fp16_acc32=400.0))
-    for category, us in ((IDLE_HOST, 2000.0), (IDLE_LAUNCH, 1000.0), (IDLE_SYNC, 1000.0)):
+    for category, us in ((Part.IDLE_HOST, 2000.0), (Part.IDLE_LAUNCH, 1000.0), (Part.IDLE_SYNC, 1000.0)):
         assert _by(p, category) == (us, us)
     assert p.step_us == pytest.approx(4000.0 + 500.0 + 1000.0)
     trimmed = predict(_profile(), _model(), _model(), source_step_us=8500.0)
-    assert _by(trimmed, IDLE_HOST) == (500.0, 500.0)
+    assert _by(trimmed, Part.IDLE_HOST) == (500.0, 500.0)
     assert trimmed.source_step_us == pytest.approx(8500.0)
     assert any("profiler overhead" in n for n in trimmed.notes)
 
@@ -86,7 +87,7 @@ def test_bf16_on_a_card_without_bf16_runs_as_fp16_with_a_note():
     assert runs_as("bf16.acc32", _model()) == ("bf16.acc32", None)
     v100_like = _model(fp16_acc32=50.0, bf16=False)
     p = predict(_profile("bf16.acc32"), _model(), v100_like)
-    assert _by(p, TENSOR_GEMM) == pytest.approx((2000.0, 4000.0))  # priced at the fp16.acc32 figure
+    assert _by(p, KernelClass.TENSOR_GEMM) == pytest.approx((2000.0, 4000.0))  # priced at the fp16.acc32 figure
     assert any("runs as fp16" in n for n in p.notes)
     assert "substitute dtype" in p.confidence
 
@@ -136,26 +137,26 @@ def test_a_reread_that_stays_in_the_source_l2_but_not_the_target_s_streams_from_
     mb = 1e6
     calls = [CallAccesses(0, "aten::mul", (Access(1, int(20 * mb), True),)),
              CallAccesses(1, "aten::add", (Access(1, int(20 * mb), False), Access(2, int(20 * mb), True)))]
-    write = KernelRecord("write", start_us=0.0, duration_us=40.0, kernel_class=MEMORY_BOUND, bytes=20 * mb, call=0)
-    reread = KernelRecord("reread", start_us=50.0, duration_us=40.0, kernel_class=MEMORY_BOUND, bytes=40 * mb, call=1)
+    write = KernelRecord("write", start_us=0.0, duration_us=40.0, kernel_class=KernelClass.MEMORY_BOUND, bytes=20 * mb, call=0)
+    reread = KernelRecord("reread", start_us=50.0, duration_us=40.0, kernel_class=KernelClass.MEMORY_BOUND, bytes=40 * mb, call=1)
     line = Timeline(wall_us=90.0, busy_us=80.0, idle=Idle(host_bound_us=10.0))
     step = ExplainedStep(0, [write, reread], line, Waterfall(0, {}, 90.0, 0, 1), [])
     profile = Explanation("synthetic", [step], step, calls=calls)
     source, target = _with_l2(_model(), 50 * mb), _with_l2(_model(), 6 * mb)
     # Source: the reread's 20 MB read hits the L2, its 20 MB write goes to HBM: 20 us of HBM traffic, 40 measured.
     p = predict(profile, source, target)
-    assert _by(p, MEMORY_BOUND) == pytest.approx((80.0, 40.0 + 40.0 * 2))  # 40 MB from HBM on the target: twice
+    assert _by(p, KernelClass.MEMORY_BOUND) == pytest.approx((80.0, 40.0 + 40.0 * 2))  # 40 MB from HBM on the target: twice
     assert predict(profile, source, _with_l2(_model(), 50 * mb)).step_us == pytest.approx(90.0)
 
 
 def _batch_profile() -> Explanation:
     """A forward GEMM (compute-bound, 1000 us of work measured at 1100 with 100 us fixed), a tiny forward kernel
     (all fixed cost), and an optimizer kernel over the parameters; fixed cost 100 us per kernel."""
-    gemm = KernelRecord("gemm", start_us=0.0, duration_us=1100.0, kernel_class=TENSOR_GEMM, precision="fp16.acc32",
+    gemm = KernelRecord("gemm", start_us=0.0, duration_us=1100.0, kernel_class=KernelClass.TENSOR_GEMM, precision="fp16.acc32",
                         flops=100e12 * 1e-3, bytes=1e6, phase="forward", call=0)
-    tiny = KernelRecord("tiny", start_us=1100.0, duration_us=100.0, kernel_class=MEMORY_BOUND, bytes=1000.0,
+    tiny = KernelRecord("tiny", start_us=1100.0, duration_us=100.0, kernel_class=KernelClass.MEMORY_BOUND, bytes=1000.0,
                         phase="forward", call=1)
-    update = KernelRecord("adam", start_us=1200.0, duration_us=600.0, kernel_class=MEMORY_BOUND, bytes=500e6,
+    update = KernelRecord("adam", start_us=1200.0, duration_us=600.0, kernel_class=KernelClass.MEMORY_BOUND, bytes=500e6,
                           phase="optimizer", call=2)
     calls = [CallAccesses(0, "aten::mm", (Access(1, 500_000, False), Access(2, 500_000, False, True))),
              CallAccesses(1, "aten::relu", (Access(3, 1000, True),)),
@@ -334,7 +335,7 @@ def test_a_tf32_profile_on_a_card_without_tf32_runs_on_its_fp32_vector_units():
     source = _model()
     source.compute["tensor.tf32.acc32"] = Ceiling(50.0, "TFLOP/s", "t", "t")
     flops = 50e12 * 1e-3  # 1 ms at the source's TF32 rate; measured at 2 ms
-    gemm = KernelRecord("tf32 gemm", start_us=0.0, duration_us=2000.0, kernel_class=TENSOR_GEMM,
+    gemm = KernelRecord("tf32 gemm", start_us=0.0, duration_us=2000.0, kernel_class=KernelClass.TENSOR_GEMM,
                         precision="tf32.acc32", flops=flops, bytes=1e6)
     attribution.assign_bounds([gemm], source)
     line = Timeline(wall_us=2000.0, busy_us=2000.0, idle=Idle())
@@ -346,7 +347,7 @@ def test_a_tf32_profile_on_a_card_without_tf32_runs_on_its_fp32_vector_units():
     # Same efficiency against its bound as on the source, the bound now at the V100's fp32 CUDA-core rate.
     assert p.step_us == pytest.approx(2000.0 * (flops / (fp32 * 1e12)) / 1e-3, rel=1e-6)
     assert any("tf32 is not supported: runs as fp32 on the vector units" in n for n in p.notes)
-    assert _by(p, TENSOR_GEMM) == pytest.approx((2000.0, p.step_us))  # the source's class, repriced
+    assert _by(p, KernelClass.TENSOR_GEMM) == pytest.approx((2000.0, p.step_us))  # the source's class, repriced
     assert p.step_us > 2000.0 * 3  # 15.7 against 50 TFLOP/s: not the H200 time the old fallback kept
 
 
@@ -380,11 +381,11 @@ def test_the_latency_residual_carries_a_kernels_excess_as_time_not_as_a_fraction
     slow = _model(fp16_acc32=50.0)
     proportional = predict(_profile(), _model(), slow)
     latency = predict(_profile(), _model(), slow, residual="latency")
-    assert _by(proportional, TENSOR_GEMM)[1] == pytest.approx(4000.0)
-    assert _by(latency, TENSOR_GEMM)[1] == pytest.approx(3000.0)
+    assert _by(proportional, KernelClass.TENSOR_GEMM)[1] == pytest.approx(4000.0)
+    assert _by(latency, KernelClass.TENSOR_GEMM)[1] == pytest.approx(3000.0)
     fast_clock, slow_clock = _model(), _model(fp16_acc32=50.0)
     fast_clock.facts["clock_mhz"], slow_clock.facts["clock_mhz"] = 2000.0, 1000.0
-    assert _by(predict(_profile(), fast_clock, slow_clock, residual="latency"), TENSOR_GEMM)[1] == pytest.approx(4000.0)
+    assert _by(predict(_profile(), fast_clock, slow_clock, residual="latency"), KernelClass.TENSOR_GEMM)[1] == pytest.approx(4000.0)
     assert predict(_profile(), _model(), _model(), residual="latency").step_us == pytest.approx(10000.0)
 
 
@@ -394,7 +395,7 @@ def test_a_batch_prediction_resizes_a_memory_kernel_as_the_batch_fix_does_its_ra
     model = _model(hbm=20.0)
     # The card's copy sweep: 20 GB/s after a 30 us ramp per kernel (no fixed cost measured).
     model.memory_fits["hbm.copy"] = LinkFit("memory.size.sweep", "t", 20.0, 30.0, 6e5, 8, 0.01, 1e3, 1e9)
-    add = KernelRecord("add", start_us=0.0, duration_us=100.0, kernel_class=MEMORY_BOUND, precision="fp16",
+    add = KernelRecord("add", start_us=0.0, duration_us=100.0, kernel_class=KernelClass.MEMORY_BOUND, precision="fp16",
                        bytes=1e6, phase="forward")  # a 50 us bound, streaming at half its bandwidth
     line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
     step = ExplainedStep(0, [add], line, Waterfall(0, {}, 100.0, 0, 1), [])

@@ -18,11 +18,13 @@ import pytest
 
 from pygpuperf.core.results import Ceiling, Finding, LinkFit, Measurement, Results, Stats, WorkloadResult
 from pygpuperf.explain import attribution
-from pygpuperf.explain.model import MEMORY_BOUND, ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.report import templating
 from pygpuperf.report.explain_html import explain_html, explain_section_html
 from pygpuperf.report.html import html_report
 from pygpuperf.report.predict_report import prediction_html, write_prediction_report
+from pygpuperf.core.vocabulary import Part
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_html_report import h200_results  # noqa: E402
@@ -114,12 +116,12 @@ def hostile_results() -> Results:
 
 
 def hostile_explanation() -> Explanation:
-    kernel = KernelRecord(hostile("kernel.name"), 0.0, 100.0, op=hostile("kernel.op"), kernel_class=MEMORY_BOUND,
+    kernel = KernelRecord(hostile("kernel.name"), 0.0, 100.0, op=hostile("kernel.op"), kernel_class=KernelClass.MEMORY_BOUND,
                           precision=hostile("kernel.precision"), flops=1e6, bytes=1e9, bound_us=300.0,
                           ceiling=hostile("kernel.ceiling"))
     line = Timeline(wall_us=200.0, busy_us=100.0, idle=Idle(host_bound_us=100.0))
     parts = dict.fromkeys(attribution.WATERFALL_PARTS, 0.0)
-    parts[attribution.IDLE_HOST] = 100.0
+    parts[Part.IDLE_HOST] = 100.0
     step = ExplainedStep(0, [kernel], line, Waterfall(100.0, parts, 200.0, 0.0, 1.0), attribution.self_check([kernel]))
     e = Explanation(hostile("explanation.device"), [step], step, {hostile("unknown_op"): 3.0})
     e.findings = [LaterFinding("warning", hostile("explain.finding.title"), {"k": hostile("explain.evidence")},

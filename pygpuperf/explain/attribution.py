@@ -25,23 +25,21 @@ from pygpuperf.analyze.kernel_time import (COLLECTIVE, LINK, MATRIX, MEMORY, VEC
 from pygpuperf.core.precision import precision_of
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import resize, tiles
-from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY, MEMORY_BOUND, OTHER,
-                                     TENSOR_GEMM, CallAccesses, KernelRecord, Timeline, Waterfall)
+from pygpuperf.explain.model import CallAccesses, KernelRecord, Timeline, Waterfall
+from pygpuperf.core.vocabulary import KernelClass
 
-from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_COMMUNICATION, PART_FALLBACK,
-                                     PART_FIXED, PART_LAYOUT, PART_MEMCPY, PART_MEMORY, PART_OTHER, PART_TENSOR,
-                                     UNEXPLAINED)
+from pygpuperf.core.vocabulary import Part
 
 # Waterfall parts (ids; pygpuperf.explain.words has their words), in the order they stack on the ideal.
-WATERFALL_PARTS = (PART_FIXED, PART_TENSOR, PART_MEMORY, PART_FALLBACK, PART_LAYOUT, PART_MEMCPY, PART_COMMUNICATION,
-                   PART_OTHER, IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC)
+WATERFALL_PARTS = (Part.FIXED, Part.TENSOR, Part.MEMORY, Part.FALLBACK, Part.LAYOUT, Part.MEMCPY, Part.COMMUNICATION,
+                   Part.OTHER, Part.IDLE_HOST, Part.IDLE_LAUNCH, Part.IDLE_SYNC)
 
 # A kernel faster than its bound by more than this factor has a wrong FLOP or byte count.
 SELF_CHECK_MARGIN = 1.05
 
-_PART_OF_CLASS = {TENSOR_GEMM: PART_TENSOR, MEMORY_BOUND: PART_MEMORY, VECTOR_MATH: PART_FALLBACK,
-                  MEMCPY: PART_MEMCPY, COMMUNICATION: PART_COMMUNICATION}
-_MATH = (TENSOR_GEMM, VECTOR_MATH)
+_PART_OF_CLASS = {KernelClass.TENSOR_GEMM: Part.TENSOR, KernelClass.MEMORY_BOUND: Part.MEMORY, KernelClass.VECTOR_MATH: Part.FALLBACK,
+                  KernelClass.MEMCPY: Part.MEMCPY, KernelClass.COMMUNICATION: Part.COMMUNICATION}
+_MATH = (KernelClass.TENSOR_GEMM, KernelClass.VECTOR_MATH)
 # Collective kernels (NCCL names, lower case, no underscores) -> MachineModel.communication keys.
 _COLLECTIVES = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
                 ("broadcast", "broadcast"))
@@ -85,18 +83,18 @@ def kernel_work(record: KernelRecord, model: MachineModel, shares: Mapping[str, 
     if cls in _MATH:
         if record.flops <= 0:
             return None
-        kind = MATRIX if cls == TENSOR_GEMM else VECTOR
+        kind = MATRIX if cls == KernelClass.TENSOR_GEMM else VECTOR
         return KernelWork(kind, precision, record.flops, record.bytes, shares, tiles=tiles.output_tiles(record))
-    if cls in (MEMORY_BOUND, LAYOUT):
+    if cls in (KernelClass.MEMORY_BOUND, KernelClass.LAYOUT):
         return KernelWork(MEMORY, "fp32", record.flops, record.bytes, shares) if record.bytes > 0 else None
-    if cls == MEMCPY:
+    if cls == KernelClass.MEMCPY:
         if record.bytes <= 0:
             return None
         link = _link_key(record.name, model)
         if link:
             return KernelWork(LINK, bytes=record.bytes, channel=link, fixed=False)
         return KernelWork(MEMORY, "fp32", 0.0, record.bytes, shares, fixed=False)
-    if cls == COMMUNICATION:
+    if cls == KernelClass.COMMUNICATION:
         key = _collective_key(record.name)
         return KernelWork(COLLECTIVE, bytes=record.bytes, channel=key) if key and record.bytes > 0 else None
     return None
@@ -149,9 +147,9 @@ def tensor_bound(record: KernelRecord, model: MachineModel, shares: Mapping[int,
                  terms: CardTerms | None = None) -> tuple[float | None, str]:
     """The bound a vector_math kernel would have on the matrix units of its dtype (fp32 as tf32): what the
     waterfall's ideal holds it to. Its own bound where its dtype has no matrix ceiling."""
-    if record.kernel_class != VECTOR_MATH or record.flops <= 0 or model.matrix_ceiling(_precision(record) or "fp32") is None:
+    if record.kernel_class != KernelClass.VECTOR_MATH or record.flops <= 0 or model.matrix_ceiling(_precision(record) or "fp32") is None:
         return kernel_bound(record, model, shares, terms)
-    as_matrix = dataclasses.replace(record, kernel_class=TENSOR_GEMM, precision=_precision(record) or "fp32")
+    as_matrix = dataclasses.replace(record, kernel_class=KernelClass.TENSOR_GEMM, precision=_precision(record) or "fp32")
     return kernel_bound(as_matrix, model, shares, terms)
 
 
@@ -159,7 +157,7 @@ def bound_terms(records: Sequence[KernelRecord], model: MachineModel) -> CardTer
     """The model's terms for lower bounds on this step: the fixed cost per kernel no higher than the shortest
     kernel the step ran (the probe's figure is a typical tiny kernel; some run shorter)."""
     terms = card_terms(model)
-    shortest = min((r.duration_us for r in records if r.kernel_class != MEMCPY and r.duration_us > 0), default=None)
+    shortest = min((r.duration_us for r in records if r.kernel_class != KernelClass.MEMCPY and r.duration_us > 0), default=None)
     if shortest is not None and shortest < terms.fixed_us:
         return dataclasses.replace(terms, fixed_us=shortest)
     return terms
@@ -328,12 +326,12 @@ def _kernel_part(record: KernelRecord, timing: KernelTime | None, model: Machine
     of its bound (vector_math: at the matrix units' ceiling), the fixed cost comes next, both capped at the
     kernel's duration: a kernel faster than its bound (self_check) puts its whole time in the two and nothing
     in its part."""
-    if record.kernel_class == LAYOUT:
-        return PART_LAYOUT, 0.0, 0.0
+    if record.kernel_class == KernelClass.LAYOUT:
+        return Part.LAYOUT, 0.0, 0.0
     bound = timing.total_us if timing is not None else None  # kernel_bound's, from the timing at hand
     if bound is None:
-        return PART_OTHER, 0.0, 0.0
-    if record.kernel_class == VECTOR_MATH:
+        return Part.OTHER, 0.0, 0.0
+    if record.kernel_class == KernelClass.VECTOR_MATH:
         bound = tensor_bound(record, model, shares, terms)[0] or bound
     duration = max(record.duration_us, 0.0)
     fixed = min(record.fixed_us if record.bound_us is not None else terms.fixed_us, bound)
@@ -363,7 +361,7 @@ def kernel_parts(records: Sequence[KernelRecord], model: MachineModel, calls: Se
     out = []
     for record, share in zip(records, exclusive_times(records) if exclusive is None else exclusive):
         if record.duration_us <= 0:
-            out.append(KernelPart(PART_OTHER, 0.0, 0.0, 0.0, None))
+            out.append(KernelPart(Part.OTHER, 0.0, 0.0, 0.0, None))
             continue
         scale = share / record.duration_us
         timing = kernel_timing(record, model, shares, terms)
@@ -388,14 +386,14 @@ def waterfall(records: Sequence[KernelRecord], timeline: Timeline, model: Machin
     ideal = 0.0
     for p in kernel_parts(records, model, calls):  # a kernel of no duration has an empty part
         ideal += p.ideal_us
-        parts[PART_FIXED] += p.fixed_us
+        parts[Part.FIXED] += p.fixed_us
         parts[p.part] += p.over_us
-    parts[IDLE_HOST] = timeline.idle.host_bound_us
-    parts[IDLE_LAUNCH] = timeline.idle.launch_gap_us
-    parts[IDLE_SYNC] = timeline.idle.sync_us
+    parts[Part.IDLE_HOST] = timeline.idle.host_bound_us
+    parts[Part.IDLE_LAUNCH] = timeline.idle.launch_gap_us
+    parts[Part.IDLE_SYNC] = timeline.idle.sync_us
     measured = timeline.wall_us
     unexplained = measured - ideal - sum(parts.values())
-    coverage = (measured - abs(unexplained) - parts[PART_OTHER]) / measured if measured > 0 else 0.0
+    coverage = (measured - abs(unexplained) - parts[Part.OTHER]) / measured if measured > 0 else 0.0
     return Waterfall(ideal_us=ideal, parts=parts, measured_us=measured, unexplained_us=unexplained,
                      coverage=min(1.0, max(0.0, coverage)))
 
@@ -412,18 +410,18 @@ def self_check(records: Sequence[KernelRecord]) -> list[KernelRecord]:
 def category_times(records: Sequence[KernelRecord], timeline: Timeline) -> dict[str, float]:
     """Step time by kernel class (exclusive time) and idle cause; "unexplained" takes the rest,
     so the values add up to the wall time."""
-    times = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    times = dict.fromkeys(tuple(KernelClass), 0.0)
     for record, share in zip(records, exclusive_times(records)):
         times[_category(record)] += share
-    times[IDLE_HOST] = timeline.idle.host_bound_us
-    times[IDLE_LAUNCH] = timeline.idle.launch_gap_us
-    times[IDLE_SYNC] = timeline.idle.sync_us
-    times[UNEXPLAINED] = timeline.wall_us - sum(times.values())
+    times[Part.IDLE_HOST] = timeline.idle.host_bound_us
+    times[Part.IDLE_LAUNCH] = timeline.idle.launch_gap_us
+    times[Part.IDLE_SYNC] = timeline.idle.sync_us
+    times[Part.UNEXPLAINED] = timeline.wall_us - sum(times.values())
     return times
 
 
 def _category(record: KernelRecord) -> str:
-    return record.kernel_class if record.kernel_class in KERNEL_CLASSES else OTHER
+    return record.kernel_class if record.kernel_class in tuple(KernelClass) else KernelClass.OTHER
 
 
 @dataclass
@@ -456,7 +454,7 @@ def match_kernels(records_a: Sequence[KernelRecord], records_b: Sequence[KernelR
     only_b: list[KernelRecord] = []
     for key in list(groups_a) + [k for k in groups_b if k not in groups_a]:
         left, right = list(groups_a.get(key, [])), list(groups_b.get(key, []))
-        for cls in KERNEL_CLASSES:
+        for cls in tuple(KernelClass):
             same_a = [r for r in left if r.kernel_class == cls]
             same_b = [r for r in right if r.kernel_class == cls]
             for a, b in zip(same_a, same_b):

@@ -25,13 +25,12 @@ from pygpuperf.analyze.kernel_time import MEMORY, CardTerms, KernelWork, card_te
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, costs, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convolutions, is_matrix_vector
-from pygpuperf.explain.model import (MEMORY_BOUND, TENSOR_GEMM, VECTOR_MATH, CallAccesses, Idle, KernelRecord,
-                                     Timeline)
-from pygpuperf.explain.words import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, PART_FALLBACK, PART_FIXED, PART_LAYOUT,
-                                     PART_MEMORY, PART_TENSOR)
+from pygpuperf.explain.model import CallAccesses, Idle, KernelRecord, Timeline
+from pygpuperf.core.vocabulary import KernelClass
+from pygpuperf.core.vocabulary import Part
 
 # Parts the causes split (the rest of the waterfall names its cause already: no bound, copies, communication).
-SPLIT_PARTS = (PART_FIXED, PART_TENSOR, PART_MEMORY, PART_FALLBACK, PART_LAYOUT, IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC)
+SPLIT_PARTS = (Part.FIXED, Part.TENSOR, Part.MEMORY, Part.FALLBACK, Part.LAYOUT, Part.IDLE_HOST, Part.IDLE_LAUNCH, Part.IDLE_SYNC)
 # A cause below this share of the step is left out (it would be noise in a report).
 MIN_SHARE = 0.005
 # A GEMM wave below this efficiency wastes enough of the card to name.
@@ -212,7 +211,7 @@ def _chains(records: Sequence[KernelRecord], calls: Sequence[CallAccesses]) -> l
     for i in order:
         r = records[i]
         call = by_call.get(r.call) if r.call is not None else None
-        if r.kernel_class != MEMORY_BOUND or call is None:
+        if r.kernel_class != KernelClass.MEMORY_BOUND or call is None:
             if len(current) > 1:
                 chains.append((current, saved))
             current, saved, last_writes = [], 0.0, {}
@@ -267,14 +266,14 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
         if p.fixed_us > 0:
             take("small_kernels", i, p.fixed_us)
         # waves inside the ideal: the model prices them, so they are in the ideal, not above it
-        if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH) and p.timing is not None \
+        if r.kernel_class in (KernelClass.TENSOR_GEMM, KernelClass.VECTOR_MATH) and p.timing is not None \
                 and p.timing.wave_efficiency < WAVE_EFFICIENCY \
                 and p.timing.compute_us >= p.timing.memory_us and r.duration_us > 0:
             lost = p.timing.compute_us * (1 - p.timing.wave_efficiency) * (exclusive[i] / r.duration_us)
             take("waves.partial_wave", i, min(lost, p.ideal_us), efficiency=round(p.timing.wave_efficiency, 3))
-        if p.over_us <= 0 and p.part != PART_LAYOUT:
+        if p.over_us <= 0 and p.part != Part.LAYOUT:
             continue
-        if p.part == PART_TENSOR:
+        if p.part == Part.TENSOR:
             found = _shape_cause(r, p.timing, units)
             if found:
                 take(found[0], i, p.over_us, **found[1])
@@ -285,7 +284,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
                 if p.over_us - gap > 0:  # the rest: this kernel below the library's best for its precision
                     kind_of_kernel = "convolution" if _CONV.search(r.op or "") else "gemm"
                     take(f"kernel_choice.{kind_of_kernel}", i, p.over_us - gap)
-        elif p.part == PART_FALLBACK:
+        elif p.part == Part.FALLBACK:
             precision = r.precision.split(".", 1)[0]
             if gpu and precision == "fp32" and not re.search(r"depthwise|conv_depthwise|grouped", r.name, re.I):
                 take("precision.fp32_no_tf32", i, p.over_us)
@@ -293,7 +292,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
                 take("shape.depthwise", i, p.over_us)
             elif not gpu:
                 take("cpu.simd_under_use", i, p.over_us)
-        elif p.part == PART_MEMORY:
+        elif p.part == Part.MEMORY:
             if i in chain_of:
                 take("unfused_chain", i, p.over_us)
             elif is_matrix_vector(r):
@@ -302,7 +301,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
                 take("optimizer.unfused", i, p.over_us)
             else:
                 take("bandwidth", i, p.over_us)
-        elif p.part == PART_LAYOUT:
+        elif p.part == Part.LAYOUT:
             k = position[i]
             near = [records[j] for j in ordered[max(0, k - 3):k + 4] if j != i]
             take(_layout_cause(r, near, convolutions), i, exclusive[i])
@@ -327,7 +326,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
         if cause is not None:
             items.append(cause)
     idle = timeline.idle
-    for part, us in ((IDLE_HOST, idle.host_bound_us), (IDLE_LAUNCH, idle.launch_gap_us), (IDLE_SYNC, idle.sync_us)):
+    for part, us in ((Part.IDLE_HOST, idle.host_bound_us), (Part.IDLE_LAUNCH, idle.launch_gap_us), (Part.IDLE_SYNC, idle.sync_us)):
         if wall > 0 and us / wall >= MIN_SHARE and words.shown(part, kind):
             items.append(_idle_cause(part, us, wall, timeline, settings, kind, len(records)))
     graphed = [c for c in items if c.fix is not None and c.fix.name == "cuda_graphs"]
@@ -343,9 +342,9 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     for p in parts:
         if p.part in totals:
             totals[p.part] += p.over_us
-        totals[PART_FIXED] += p.fixed_us
-    totals[IDLE_HOST], totals[IDLE_LAUNCH], totals[IDLE_SYNC] = idle.host_bound_us, idle.launch_gap_us, idle.sync_us
-    totals[PART_LAYOUT] = sum(exclusive[i] for i, p in enumerate(parts) if p.part == PART_LAYOUT)
+        totals[Part.FIXED] += p.fixed_us
+    totals[Part.IDLE_HOST], totals[Part.IDLE_LAUNCH], totals[Part.IDLE_SYNC] = idle.host_bound_us, idle.launch_gap_us, idle.sync_us
+    totals[Part.LAYOUT] = sum(exclusive[i] for i, p in enumerate(parts) if p.part == Part.LAYOUT)
     for part, total in totals.items():
         named = sum(c.us for c in items if c.part == part)
         if total > 0 or named > 0:
@@ -354,13 +353,13 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
 
 
 _PART_OF = {
-    "small_kernels": PART_FIXED, "shape.split_k": PART_TENSOR, "shape.misaligned": PART_TENSOR,
-    "shape.skinny": PART_TENSOR, "waves.few_tiles": PART_TENSOR, "shape.tile_quantization": PART_TENSOR,
-    "library_rate": PART_TENSOR, "kernel_choice.convolution": PART_TENSOR, "kernel_choice.gemm": PART_TENSOR,
-    "precision.fp32_no_tf32": PART_FALLBACK, "shape.depthwise": PART_FALLBACK, "cpu.simd_under_use": PART_FALLBACK,
-    "unfused_chain": PART_MEMORY, "shape.gemv": PART_MEMORY, "optimizer.unfused": PART_MEMORY,
-    "bandwidth": PART_MEMORY, NCHW_NHWC: PART_LAYOUT, "layout.attention_heads": PART_LAYOUT,
-    "layout.permute_contiguous": PART_LAYOUT, "layout.view_fallback": PART_LAYOUT, "waves.partial_wave": "ideal",
+    "small_kernels": Part.FIXED, "shape.split_k": Part.TENSOR, "shape.misaligned": Part.TENSOR,
+    "shape.skinny": Part.TENSOR, "waves.few_tiles": Part.TENSOR, "shape.tile_quantization": Part.TENSOR,
+    "library_rate": Part.TENSOR, "kernel_choice.convolution": Part.TENSOR, "kernel_choice.gemm": Part.TENSOR,
+    "precision.fp32_no_tf32": Part.FALLBACK, "shape.depthwise": Part.FALLBACK, "cpu.simd_under_use": Part.FALLBACK,
+    "unfused_chain": Part.MEMORY, "shape.gemv": Part.MEMORY, "optimizer.unfused": Part.MEMORY,
+    "bandwidth": Part.MEMORY, NCHW_NHWC: Part.LAYOUT, "layout.attention_heads": Part.LAYOUT,
+    "layout.permute_contiguous": Part.LAYOUT, "layout.view_fallback": Part.LAYOUT, "waves.partial_wave": "ideal",
     "precision.bf16_unused": "ideal",
 }
 
@@ -400,10 +399,10 @@ def bf16_saving(record: KernelRecord, exclusive_us: float, pricing: attribution.
     """Step time an FP32/TF32 GEMM or convolution saves as bf16 matrix math on the card's matrix units, as
     the kernel model prices it (0 for other kernels, and where it would not be faster)."""
     r = record
-    if not ((r.kernel_class == TENSOR_GEMM and r.precision.startswith("tf32")) or (
-            r.kernel_class == VECTOR_MATH and r.precision == "fp32" and r.flops > 0)) or r.duration_us <= 0:
+    if not ((r.kernel_class == KernelClass.TENSOR_GEMM and r.precision.startswith("tf32")) or (
+            r.kernel_class == KernelClass.VECTOR_MATH and r.precision == "fp32" and r.flops > 0)) or r.duration_us <= 0:
         return 0.0
-    new_us = pricing.reprice(r, dataclasses.replace(r, kernel_class=TENSOR_GEMM, precision="bf16.acc32",
+    new_us = pricing.reprice(r, dataclasses.replace(r, kernel_class=KernelClass.TENSOR_GEMM, precision="bf16.acc32",
                                                     bytes=r.bytes / 2))
     return exclusive_us * (1 - new_us / r.duration_us) if new_us < r.duration_us else 0.0
 
@@ -436,7 +435,7 @@ def _amp_traffic_saving(records: Sequence[KernelRecord], exclusive: Sequence[flo
     new: dict[int, float] = {}
     for i, r in enumerate(records):
         base = costs.base_name(r.op or "")
-        if r.kernel_class != MEMORY_BOUND or r.precision != "fp32" or r.phase not in ("forward", "backward") \
+        if r.kernel_class != KernelClass.MEMORY_BOUND or r.precision != "fp32" or r.phase not in ("forward", "backward") \
                 or r.duration_us <= 0 or base in _AUTOCAST_FP32 \
                 or (r.phase == "forward" and base in _AUTOCAST_FP32_FORWARD) or BATCH_NORM_OPS.search(base) \
                 or (efficiency and _bound(parts[i]) / r.duration_us < ACCESS_BOUND * efficiency):
@@ -450,7 +449,7 @@ def _bound(part: attribution.KernelPart) -> float:
 
 
 def _memory_kernels(records: Sequence[KernelRecord], parts: Sequence[attribution.KernelPart]) -> list[int]:
-    return [i for i, r in enumerate(records) if parts[i].part == PART_MEMORY and r.kernel_class == MEMORY_BOUND
+    return [i for i, r in enumerate(records) if parts[i].part == Part.MEMORY and r.kernel_class == KernelClass.MEMORY_BOUND
             and _bound(parts[i]) > 0 and r.duration_us > 0]
 
 
@@ -569,7 +568,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
         else:
             advice = ("Fewer, larger ops: torch.compile fuses elementwise ops into vectorized loops, and a larger batch "
                       "spreads each op's dispatch over more samples.")
-        fusible = [i for i in idx if records[i].kernel_class == MEMORY_BOUND]
+        fusible = [i for i in idx if records[i].kernel_class == KernelClass.MEMORY_BOUND]
         saves = sum(parts[i].fixed_us for i in fusible) / 2  # fusion keeps about one kernel in two
         fix = _fix("compile", "torch.compile (fuses memory-bound kernels)", saves, wall, {"compile": "inductor"})
     elif cause_id == "waves.partial_wave":
@@ -644,7 +643,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
         if name in ("skinny", "gemv", "split_k") and settings.get("batch_size") not in (None, ""):
             fix = None  # a batch change is tried by --try-fixes; its gain is not the kernels' excess alone
     elif cause_id == "precision.fp32_no_tf32":
-        new = {i: pricing.reprice(records[i], dataclasses.replace(records[i], kernel_class=TENSOR_GEMM,
+        new = {i: pricing.reprice(records[i], dataclasses.replace(records[i], kernel_class=KernelClass.TENSOR_GEMM,
                                                                   precision="tf32.acc32")) for i in idx}
         saves = _saved(records, exclusive, idx, new)
         title = f"FP32 GEMMs and convolutions on the CUDA cores without TF32 take {pct} above their tensor-core bound."
@@ -746,12 +745,12 @@ def _idle_cause(part: str, us: float, wall: float, timeline: Timeline, settings:
         fix = _fix("compile", "torch.compile", us * 0.5, wall, {"compile": "inductor"})
         return Cause("cpu.framework", part, us, round(us / wall, 4), [], title, {"us": us}, advice, fix)
     graphs = str(settings.get("cuda_graphs", "")).lower().startswith("on")
-    if part == IDLE_SYNC:
+    if part == Part.IDLE_SYNC:
         title = f"The host waits on the device (.item(), .cpu(), synchronize) for {pct}."
         advice = ("Remove the synchronizing calls from the step or move them to every Nth step; a step that "
                   "synchronizes cannot be captured in a CUDA graph.")
         return Cause("sync", part, us, round(us / wall, 4), [], title, {"sync_us": us}, advice, None)
-    if part == IDLE_LAUNCH:
+    if part == Part.IDLE_LAUNCH:
         title = f"Launch gaps between {kernels} short kernels take {pct}."
     else:
         title = f"The GPU idles waiting on the host to launch for {pct}."
@@ -762,5 +761,5 @@ def _idle_cause(part: str, us: float, wall: float, timeline: Timeline, settings:
                   "knob cuda_graphs=on) so its kernels launch back to back, or raise the batch.")
         if timeline.idle.sync_us <= 0:
             fix = _fix("cuda_graphs", "CUDA graphs", us, wall, {"cuda_graphs": "on"})
-    return Cause("launch_gaps" if part == IDLE_LAUNCH else "host_bound", part, us, round(us / wall, 4), [], title,
+    return Cause("launch_gaps" if part == Part.IDLE_LAUNCH else "host_bound", part, us, round(us / wall, 4), [], title,
                  {"us": us}, advice, fix)

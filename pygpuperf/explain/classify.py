@@ -15,16 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pygpuperf.core.precision import dtype_of, precision_in_kernel_name, precision_of
-from pygpuperf.explain.model import (
-    COMMUNICATION,
-    VECTOR_MATH,
-    LAYOUT,
-    MEMCPY,
-    MEMORY_BOUND,
-    OTHER,
-    TENSOR_GEMM,
-    KernelRecord,
-)
+from pygpuperf.explain.model import KernelRecord
+from pygpuperf.core.vocabulary import KernelClass
 
 
 @dataclass(frozen=True)
@@ -171,14 +163,14 @@ def _math_from_dtype(record: KernelRecord, ctx: KernelContext) -> tuple[str, str
     """A GEMM/conv whose name does not spell its types: the op's dtypes and settings decide."""
     data = _data_precision(record)
     if data == "fp16":
-        return TENSOR_GEMM, "fp16.acc16" if ctx.settings.fp16_accumulation else "fp16.acc32"
+        return KernelClass.TENSOR_GEMM, "fp16.acc16" if ctx.settings.fp16_accumulation else "fp16.acc32"
     if data in ("bf16", "fp8", "int8"):
-        return TENSOR_GEMM, f"{data}.acc32"
+        return KernelClass.TENSOR_GEMM, f"{data}.acc32"
     if data == "fp32" and _fp32_on_tensor_cores(record, ctx):
-        return TENSOR_GEMM, "tf32.acc32"
+        return KernelClass.TENSOR_GEMM, "tf32.acc32"
     if data == "":
-        return TENSOR_GEMM, ""  # a GEMM of unknown dtype: tensor cores are the likelier home
-    return VECTOR_MATH, data
+        return KernelClass.TENSOR_GEMM, ""  # a GEMM of unknown dtype: tensor cores are the likelier home
+    return KernelClass.VECTOR_MATH, data
 
 
 # --- precision resolvers: (record, context, name match) -> (class, precision) ------------------
@@ -191,22 +183,22 @@ def _tensor(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple
     precision, acc = _tensor_types(record.name)
     if precision is None:
         kernel_class, from_dtype = _math_from_dtype(record, ctx)
-        if kernel_class == VECTOR_MATH and from_dtype == "fp32" and _TENSOR_INSTRUCTION.search(record.name):
-            return TENSOR_GEMM, "tf32.acc32"  # fp32 data on a kernel named for a tensor-core instruction
-        if acc is None or kernel_class != TENSOR_GEMM or not from_dtype:
+        if kernel_class == KernelClass.VECTOR_MATH and from_dtype == "fp32" and _TENSOR_INSTRUCTION.search(record.name):
+            return KernelClass.TENSOR_GEMM, "tf32.acc32"  # fp32 data on a kernel named for a tensor-core instruction
+        if acc is None or kernel_class != KernelClass.TENSOR_GEMM or not from_dtype:
             return kernel_class, from_dtype
         # The name spells the accumulator (ampere_h16816gemm: fp16) but not the inputs.
-        return TENSOR_GEMM, f"{from_dtype.split('.')[0]}.acc{acc}"
+        return KernelClass.TENSOR_GEMM, f"{from_dtype.split('.')[0]}.acc{acc}"
     if precision == "fp32":
         # An fp32 operand with no tf32 in the name: torch asks cuBLAS/cuDNN for IEEE fp32
         # unless TF32 is allowed, so without it this runs on the CUDA cores. A name that spells a
         # tensor-core instruction (cutlass_80_tensorop_s1688gemm) ran on them whatever the switches.
         if not _TENSOR_INSTRUCTION.search(record.name) and not _fp32_on_tensor_cores(record, ctx):
-            return VECTOR_MATH, "fp32"
+            return KernelClass.VECTOR_MATH, "fp32"
         precision = "tf32"
     if precision == "fp64":
-        return TENSOR_GEMM, "fp64.acc64"
-    return TENSOR_GEMM, f"{precision}.acc{acc or 32}"
+        return KernelClass.TENSOR_GEMM, "fp64.acc64"
+    return KernelClass.TENSOR_GEMM, f"{precision}.acc{acc or 32}"
 
 
 def _tensor_by_dtype(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple[str, str]:
@@ -216,7 +208,7 @@ def _tensor_by_dtype(record: KernelRecord, ctx: KernelContext, m: re.Match[str])
 def _vector_math(record: KernelRecord, ctx: KernelContext, m: re.Match[str]) -> tuple[str, str]:
     # The first named group that matched holds the BLAS-style type letter (s, h, d).
     letter = next((v[0].lower() for v in m.groupdict().values() if v), "")
-    return VECTOR_MATH, {"s": "fp32", "h": "fp16", "d": "fp64"}.get(letter, "") or _data_precision(record)
+    return KernelClass.VECTOR_MATH, {"s": "fp32", "h": "fp16", "d": "fp64"}.get(letter, "") or _data_precision(record)
 
 
 def _fixed(kernel_class: str) -> Callable[[KernelRecord, KernelContext, re.Match[str]], tuple[str, str]]:
@@ -242,14 +234,14 @@ _I = re.IGNORECASE
 
 RULES: tuple[Rule, ...] = (
     # Copies and fills done by the copy engines or the driver (kineto names them this way).
-    _rule(r"^(?:Memcpy|Memset)\b", _fixed(MEMCPY)),
+    _rule(r"^(?:Memcpy|Memset)\b", _fixed(KernelClass.MEMCPY)),
     # A library zeroing its own workspace before a GEMM/convolution (cuDNN's cask init_device_workspace_kernel
     # in H200 traces): a fill, however its template names the GEMM it prepares.
-    _rule(r"init_device_workspace|workspace_init|zero_workspace", _fixed(MEMCPY), flags=_I),
+    _rule(r"init_device_workspace|workspace_init|zero_workspace", _fixed(KernelClass.MEMCPY), flags=_I),
     # NCCL/RCCL collectives and point-to-point, and torch's symmetric-memory collectives.
-    _rule(r"nccl|rccl|(?:one|two)_shot_all_reduce|multimem_all_reduce", _fixed(COMMUNICATION), flags=_I),
+    _rule(r"nccl|rccl|(?:one|two)_shot_all_reduce|multimem_all_reduce", _fixed(KernelClass.COMMUNICATION), flags=_I),
     # CUTLASS split-K reductions: a streaming sum of partial GEMM tiles, whatever GEMM their template names.
-    _rule(r"ReduceSplitK|reduction::kernel::Reduce", _with_data(MEMORY_BOUND)),
+    _rule(r"ReduceSplitK|reduction::kernel::Reduce", _with_data(KernelClass.MEMORY_BOUND)),
     # FFMA kernels of the GEMM libraries (CUTLASS SIMT, xmma ffma): CUDA cores, whatever
     # family name they carry, so this goes before the tensor-core families.
     _rule(r"_simt_(?P<t>[shd])?|ffma|OpClassSimt", _vector_math),
@@ -286,46 +278,46 @@ RULES: tuple[Rule, ...] = (
     _rule(r"conv_depthwise|depthwise_conv|DepthwiseConv|slow_conv|conv2d_grouped_direct", _vector_math),
     # cuBLAS split-K and cuDNN weight-gradient partial-sum reductions after a GEMM: a streaming
     # pass over the output (cudnn::cnn::reduce_wgrad_nchw_helper seen in H200 traces).
-    _rule(r"splitKreduce|split_k_reduce|splitk_reduce|reduce_wgrad", _with_data(MEMORY_BOUND), flags=_I),
+    _rule(r"splitKreduce|split_k_reduce|splitk_reduce|reduce_wgrad", _with_data(KernelClass.MEMORY_BOUND), flags=_I),
     # cuDNN bookkeeping for implicit convolution (offset tables), not data movement or math.
-    _rule(r"computeOffsetsKernel|computeBOffsets", _fixed(OTHER)),
+    _rule(r"computeOffsetsKernel|computeBOffsets", _fixed(KernelClass.OTHER)),
     # Explicit layout kernels: cuDNN/ATen NCHW<->NHWC, transposes, tensor format conversion,
     # im2col-style unfolding for direct convolutions.
-    _rule(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHWtoNHWC|NHWCtoNCHW", _fixed(LAYOUT), flags=_I),
+    _rule(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|NCHWtoNHWC|NHWCtoNCHW", _fixed(KernelClass.LAYOUT), flags=_I),
     # cuDNN's channel padding and folded-NHWC conversions around a convolution (H200 traces).
-    _rule(r"nhwcAddPadding|FoldedNhwc", _fixed(LAYOUT), flags=_I),
+    _rule(r"nhwcAddPadding|FoldedNhwc", _fixed(KernelClass.LAYOUT), flags=_I),
     # Streaming helpers inside library ops: cuBLASLt epilogues, cuDNN tensor scaling, and the
     # dot(dO, O) and dQ conversion passes of cuDNN's attention backward (H200 traces).
-    _rule(r"epilogue::impl::globalKernel|scalePackedTensor|compute_dot_do_o|convert_dq_to", _with_data(MEMORY_BOUND)),
-    _rule(r"transpose|convertTensor|permute|im2col|col2im|vol2col|col2vol", _fixed(LAYOUT), flags=_I),
+    _rule(r"epilogue::impl::globalKernel|scalePackedTensor|compute_dot_do_o|convert_dq_to", _with_data(KernelClass.MEMORY_BOUND)),
+    _rule(r"transpose|convertTensor|permute|im2col|col2im|vol2col|col2vol", _fixed(KernelClass.LAYOUT), flags=_I),
     # Concatenation: a streaming copy of every input (checked before the generic copy rules).
-    _rule(r"CatArray|cat_array|CatBatched", _with_data(MEMORY_BOUND), flags=_I),
+    _rule(r"CatArray|cat_array|CatBatched", _with_data(KernelClass.MEMORY_BOUND), flags=_I),
     # Copy kernels launched to change layout (.contiguous(), channels_last .to(), strided copy_).
-    _rule(r"copy", _fixed(LAYOUT), when=_layout_copy, flags=_I),
+    _rule(r"copy", _fixed(KernelClass.LAYOUT), when=_layout_copy, flags=_I),
     # Any other copy: a cast or a same-layout copy, bandwidth-bound.
-    _rule(r"copy", _with_data(MEMORY_BOUND), flags=_I),
+    _rule(r"copy", _with_data(KernelClass.MEMORY_BOUND), flags=_I),
     # Fused optimizers: multi-tensor apply over all parameters (foreach/fused
     # SGD, Adam...); their functor names would match the elementwise rule below.
-    _rule(r"multi_tensor_apply|fused_adam|fused_sgd|FusedAdam|foreach", _with_data(MEMORY_BOUND), flags=_I),
+    _rule(r"multi_tensor_apply|fused_adam|fused_sgd|FusedAdam|foreach", _with_data(KernelClass.MEMORY_BOUND), flags=_I),
     # ATen elementwise and reduction templates (activations, adds, fills, casts, sums, losses).
-    _rule(r"elementwise_kernel|reduce_kernel|ReduceOp|pointwise|Functor", _with_data(MEMORY_BOUND), flags=_I),
+    _rule(r"elementwise_kernel|reduce_kernel|ReduceOp|pointwise|Functor", _with_data(KernelClass.MEMORY_BOUND), flags=_I),
     # Normalization: batch norm (ATen and cuDNN bn_fw/bn_bw), layer/group/RMS norm.
     _rule(r"batch_norm|batchnorm|bn_fw|bn_bw|cudnn::bn_|layer_norm|layernorm|LayerNorm|group_norm|"
           r"rms_norm|RowwiseMoments|GammaBeta|ComputeFusedParams|ComputeGradientFusedParams|"
-          r"ComputeInternalGradients|welford", _with_data(MEMORY_BOUND), flags=_I),
+          r"ComputeInternalGradients|welford", _with_data(KernelClass.MEMORY_BOUND), flags=_I),
     # cuDNN RNN pointwise passes (gate activations between the GEMMs, forward and backward).
-    _rule(r"(?:LSTM|GRU|RNN)_elementWise_[fb]p|elemWiseRNNcell", _with_data(MEMORY_BOUND), flags=_I),
+    _rule(r"(?:LSTM|GRU|RNN)_elementWise_[fb]p|elemWiseRNNcell", _with_data(KernelClass.MEMORY_BOUND), flags=_I),
     # Softmax, pooling, losses, embedding, indexing, scatter/gather, dropout, upsampling.
     _rule(r"softmax|max_pool|avg_pool|maxpool|avgpool|adaptive_|pool2d|pool3d|nll_loss|cross_entropy|"
           r"embedding|index|scatter|gather|dropout|upsample|interpolate|sort|topk|cumsum|"
-          r"bitonic|radix|unique|masked|where_kernel|fill", _with_data(MEMORY_BOUND), flags=_I),
+          r"bitonic|radix|unique|masked|where_kernel|fill", _with_data(KernelClass.MEMORY_BOUND), flags=_I),
     # torch.compile/Triton pointwise, reduction and persistent-reduction kernels.
-    _rule(r"^triton_(?:poi|red|per)_", _with_data(MEMORY_BOUND)),
+    _rule(r"^triton_(?:poi|red|per)_", _with_data(KernelClass.MEMORY_BOUND)),
     # A kernel no rule names, launched by a GEMM/conv op: math in the op's dtype.
     _rule(r".", _tensor_by_dtype, when=_math_op),
     # Remaining ATen-native kernels: ATen's own CUDA kernels are elementwise, reductions,
     # normalization and indexing; its math goes through the libraries matched above.
-    _rule(r"at::native::|at_cuda_detail|(?:^|[^a-z])cunn_|(?:^|[^a-z])cub::", _with_data(MEMORY_BOUND)),
+    _rule(r"at::native::|at_cuda_detail|(?:^|[^a-z])cunn_|(?:^|[^a-z])cub::", _with_data(KernelClass.MEMORY_BOUND)),
 )
 
 
@@ -340,10 +332,10 @@ def classify(record: KernelRecord, context: KernelContext | None = None) -> tupl
         m = rule.pattern.search(record.name)
         if m and (rule.when is None or rule.when(record, ctx)):
             cls, precision = rule.resolve(record, ctx, m)
-            if cls in (TENSOR_GEMM, VECTOR_MATH) and is_matrix_vector(record):
-                return MEMORY_BOUND, dtype_of(precision) if precision else precision
+            if cls in (KernelClass.TENSOR_GEMM, KernelClass.VECTOR_MATH) and is_matrix_vector(record):
+                return KernelClass.MEMORY_BOUND, dtype_of(precision) if precision else precision
             return cls, precision
-    return OTHER, ""
+    return KernelClass.OTHER, ""
 
 
 # The aten ops that are one matrix product (their kernels are the GEMMs the shape rules read).
@@ -351,7 +343,7 @@ MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::ma
 
 def has_convolutions(records: Sequence[KernelRecord]) -> bool:
     """Whether any of the step's math kernels is a convolution's (what channels_last and cuDNN advice need)."""
-    return any("conv" in r.op.lower() for r in records if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH))
+    return any("conv" in r.op.lower() for r in records if r.kernel_class in (KernelClass.TENSOR_GEMM, KernelClass.VECTOR_MATH))
 
 
 # A GEMM with this few rows or columns streams its matrix once for a handful of FLOPs per byte:

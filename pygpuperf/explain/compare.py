@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pygpuperf.explain import attribution, words
-from pygpuperf.explain.attribution import (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, category_times,
-                                           matched_deltas)
+from pygpuperf.explain.attribution import category_times, matched_deltas
+from pygpuperf.core.vocabulary import Part
 from pygpuperf.explain.model import HOST_TIME_KEYS, CallAccesses, ExplainedStep, Explanation, HostTime, Throughput
-from pygpuperf.explain.model import (VECTOR_MATH, KERNEL_CLASSES, OTHER,
-                                     Idle, KernelRecord, Timeline, Waterfall)
+from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.core.results import Finding
 
 # The comparison is trusted when named categories carry at least this share of the delta.
@@ -39,15 +39,15 @@ ORIGIN_SHARE = 0.8
 # Two configurations closer than this (relative) are "the same speed".
 SAME_SPEED = 0.01
 # Categories that name no cause: kernels without a class and time nothing accounts for.
-UNNAMED = (OTHER, UNEXPLAINED)
-CATEGORIES = (*KERNEL_CLASSES, IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED)
+UNNAMED = (KernelClass.OTHER, Part.UNEXPLAINED)
+CATEGORIES = (*tuple(KernelClass), Part.IDLE_HOST, Part.IDLE_LAUNCH, Part.IDLE_SYNC, Part.UNEXPLAINED)
 
 
 # --------------------------------------------------------------------------- loading
 
 
 # Kernel classes of older explain.json files, by their current name.
-_LEGACY_CLASSES = {"cuda_math": VECTOR_MATH}
+_LEGACY_CLASSES = {"cuda_math": KernelClass.VECTOR_MATH}
 
 
 def _record(d: Mapping[str, Any]) -> KernelRecord:
@@ -306,7 +306,7 @@ def compare_pair(base: tuple[Sequence[KernelRecord], Timeline], other: tuple[Seq
     unmatched: dict[str, float] = defaultdict(float)
     if comparable:
         matched, unmatched = matched_deltas(records_a, records_b, base_per, other_per)
-    kernel_classes = set(KERNEL_CLASSES)
+    kernel_classes = set(tuple(KernelClass))
     changes = [CategoryChange(c, times_a[c], times_b[c], times_b[c] - times_a[c],
                               matched[c] if comparable and c in kernel_classes else None,
                               unmatched[c] if comparable and c in kernel_classes else None) for c in CATEGORIES]

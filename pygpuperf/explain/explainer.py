@@ -18,9 +18,10 @@ import torch
 from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.facts import nvml
 from pygpuperf.explain import accesses, attribution, costs, timeline, trace, words
-from pygpuperf.explain.model import (LAYOUT, MEMORY_BOUND, CallAccesses, ExplainedStep, Explanation, KernelRecord,
-                                     Throughput)
+from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, KernelRecord, Throughput
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.core.results import Finding, MachineModel, Stats
+from pygpuperf.core.vocabulary import Part
 
 
 def measure_throughput(step_fn: Callable[[], Any], device: torch.device | str, samples_per_step: int,
@@ -80,7 +81,7 @@ def bytes_from_traced_calls(records: Sequence[KernelRecord], calls: Sequence[Cal
     filled = 0
     for call, kernels in of_call.items():
         if any(r.bytes > 0 or r.flops > 0 for r in kernels) or not all(
-                r.kernel_class in (MEMORY_BOUND, LAYOUT) for r in kernels):
+                r.kernel_class in (KernelClass.MEMORY_BOUND, KernelClass.LAYOUT) for r in kernels):
             continue  # the call was costed from its shapes, or it does math
         total = float(sum(a.nbytes for a in by_index[call].accesses))
         for r in kernels:
@@ -233,7 +234,7 @@ def summary_lines(explanation: Explanation) -> list[str]:
     for part, us in w.parts.items():
         if words.shown(part, kind):
             lines.append(f"  + {words.label(part, kind):36s} {us / 1e3:9.2f} ms  ({100 * us / w.measured_us:4.1f}%)")
-    lines.append(f"  + {words.label(attribution.UNEXPLAINED, kind):36s} {w.unexplained_us / 1e3:9.2f} ms")
+    lines.append(f"  + {words.label(Part.UNEXPLAINED, kind):36s} {w.unexplained_us / 1e3:9.2f} ms")
     lines.append(f"  = measured                             {w.measured_us / 1e3:9.2f} ms   coverage {100 * w.coverage:.1f}%")
     if explanation.median.self_check:
         names = sorted({r.op or r.name for r in explanation.median.self_check})

@@ -18,8 +18,9 @@ from pygpuperf.explain import causes, words
 from pygpuperf.explain.attribution import category_times, exclusive_times
 from pygpuperf.explain.classify import has_convolutions
 from pygpuperf.explain.model import ExplainedStep, Explanation, fitting_batch
-from pygpuperf.explain.model import VECTOR_MATH, LAYOUT, MEMORY_BOUND, TENSOR_GEMM, KernelRecord, Timeline
-from pygpuperf.explain.words import PART_OTHER
+from pygpuperf.explain.model import KernelRecord, Timeline
+from pygpuperf.core.vocabulary import KernelClass
+from pygpuperf.core.vocabulary import Part
 from pygpuperf.core.results import Finding, MachineModel
 from pygpuperf.core.units import ms as _ms, percent as _pct
 
@@ -94,10 +95,10 @@ def _ceiling(model: MachineModel | None, table: str, key: str) -> float | None:
 
 def _layout(records: Sequence[KernelRecord], shares: Sequence[float], times: Mapping[str, float], wall: float,
             settings: Mapping[str, Any] | None, kind: str) -> Finding | None:
-    layout_us = times[LAYOUT]
+    layout_us = times[KernelClass.LAYOUT]
     if wall <= 0 or layout_us / wall <= LAYOUT_SHARE:
         return None
-    ops = _top_ops(records, shares, lambda r: r.kernel_class == LAYOUT)
+    ops = _top_ops(records, shares, lambda r: r.kernel_class == KernelClass.LAYOUT)
     fmt = str((settings or {}).get("memory_format", "")).lower()
     library = "cuDNN's tensor-core" if kind == words.GPU else "oneDNN's"
     if not has_convolutions(records):
@@ -185,7 +186,7 @@ def _sync(timeline: Timeline, wall: float) -> Finding | None:
 
 def _convolution_us(records: Sequence[KernelRecord], shares: Sequence[float]) -> float:
     return sum(s for r, s in zip(records, shares)
-               if r.kernel_class in (TENSOR_GEMM, VECTOR_MATH) and "conv" in r.op.lower())
+               if r.kernel_class in (KernelClass.TENSOR_GEMM, KernelClass.VECTOR_MATH) and "conv" in r.op.lower())
 
 
 def _cudnn_benchmark(records: Sequence[KernelRecord], shares: Sequence[float], wall: float,
@@ -206,7 +207,7 @@ def _cudnn_benchmark(records: Sequence[KernelRecord], shares: Sequence[float], w
 
 def _fp32_math(records: Sequence[KernelRecord], shares: Sequence[float], wall: float,
                settings: Mapping[str, Any] | None, model: MachineModel | None) -> Finding | None:
-    fp32 = lambda r: r.kernel_class == VECTOR_MATH and r.precision.split(".", 1)[0] == "fp32"  # noqa: E731
+    fp32 = lambda r: r.kernel_class == KernelClass.VECTOR_MATH and r.precision.split(".", 1)[0] == "fp32"  # noqa: E731
     us = sum(s for r, s in zip(records, shares) if fp32(r))
     if wall <= 0 or us / wall <= FP32_MATH_SHARE:
         return None
@@ -233,7 +234,7 @@ def _acc32_half_rate(records: Sequence[KernelRecord], shares: Sequence[float], w
     acc32, acc16 = _ceiling(model, "compute", "tensor.fp16.acc32"), _ceiling(model, "compute", "tensor.fp16.acc16")
     if not (acc32 and acc16) or acc32 > HALF_RATE_RATIO * acc16:
         return None
-    keep = lambda r: r.kernel_class == TENSOR_GEMM and r.precision.endswith(".acc32")  # noqa: E731
+    keep = lambda r: r.kernel_class == KernelClass.TENSOR_GEMM and r.precision.endswith(".acc32")  # noqa: E731
     us = sum(s for r, s in zip(records, shares) if keep(r))
     if wall <= 0 or us / wall <= ACC32_SHARE:
         return None
@@ -252,12 +253,12 @@ def _acc32_half_rate(records: Sequence[KernelRecord], shares: Sequence[float], w
 def _memory_bound(records: Sequence[KernelRecord], shares: Sequence[float],
                   model: MachineModel | None, kind: str) -> Finding | None:
     kernel_us = sum(shares)
-    mem_us = sum(s for r, s in zip(records, shares) if r.kernel_class == MEMORY_BOUND)
+    mem_us = sum(s for r, s in zip(records, shares) if r.kernel_class == KernelClass.MEMORY_BOUND)
     if kernel_us <= 0 or mem_us / kernel_us <= MEMORY_BOUND_SHARE:
         return None
     # How close they run to their HBM bound: each kernel's bound (capped at its time), scaled to its exclusive share.
     bound_us = sum(min(r.bound_us, r.duration_us) * s / r.duration_us for r, s in zip(records, shares)
-                   if r.kernel_class == MEMORY_BOUND and r.bound_us is not None and r.duration_us > 0)
+                   if r.kernel_class == KernelClass.MEMORY_BOUND and r.bound_us is not None and r.duration_us > 0)
     efficiency = bound_us / mem_us if mem_us > 0 else 0.0
     dram = model.dram_key() if model is not None else None
     bandwidth = _ceiling(model, "memory", dram) if dram else None
@@ -275,7 +276,7 @@ def _memory_bound(records: Sequence[KernelRecord], shares: Sequence[float],
         f"{_ms(kernel_us)} ms), so {memory} bandwidth rather than {math} sets the speed of this step.",
         {"memory_bound_us": mem_us, "kernel_us": kernel_us, "share": round(mem_us / kernel_us, 4),
          "bound_us": bound_us, "bandwidth_efficiency": round(efficiency, 3), "memory_gbps": bandwidth,
-         "by_op_us": _top_ops(records, shares, lambda r: r.kernel_class == MEMORY_BOUND)},
+         "by_op_us": _top_ops(records, shares, lambda r: r.kernel_class == KernelClass.MEMORY_BOUND)},
         how + f" Faster {'tensor cores' if kind == words.GPU else 'SIMD units'} would not shorten this part; more "
         "memory bandwidth would.")
 
@@ -304,7 +305,7 @@ def _coverage(explanation: Explanation, kind: str) -> Finding | None:
     if w.coverage >= COVERAGE_GOAL:
         return None
     unknown = dict(sorted(explanation.unknown_ops.items(), key=lambda kv: -kv[1])[:TOP_OPS])
-    other = w.parts.get(PART_OTHER, 0.0)
+    other = w.parts.get(Part.OTHER, 0.0)
     units = words.unit(kind, True)
     fix = (f"Add cost formulas for {', '.join(unknown)} (pygpuperf/explain/costs.py) and name the {units} no "
            "rule classifies (pygpuperf/explain/classify.py)" if unknown else

@@ -28,7 +28,8 @@ from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import (attention, attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue,
                                host_clock, resize, sums, words)
 from pygpuperf.explain.classify import MATMUL_OPS
-from pygpuperf.explain.model import TENSOR_GEMM, VECTOR_MATH, Explanation, HostTime, KernelRecord, Throughput
+from pygpuperf.explain.model import Explanation, HostTime, KernelRecord, Throughput
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.workloads import knobs as knob_specs
 from pygpuperf.workloads.recipe import release_device_memory
 
@@ -220,18 +221,18 @@ def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: flo
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
     """How a precision fix changes a kernel, as the kernel model prices it (None: not a precision fix)."""
     def tf32(r: KernelRecord) -> KernelRecord | None:
-        if r.kernel_class == VECTOR_MATH and r.precision == "fp32" and r.flops > 0 and (
+        if r.kernel_class == KernelClass.VECTOR_MATH and r.precision == "fp32" and r.flops > 0 and (
                 r.op in MATMUL_OPS or "conv" in r.op.lower()):
-            return dataclasses.replace(r, kernel_class=TENSOR_GEMM, precision="tf32.acc32")
+            return dataclasses.replace(r, kernel_class=KernelClass.TENSOR_GEMM, precision="tf32.acc32")
         return None
 
     def fp16_accumulation(r: KernelRecord) -> KernelRecord | None:  # cuBLAS only: convolutions keep theirs
-        if r.kernel_class == TENSOR_GEMM and r.precision == "fp16.acc32" and r.op in MATMUL_OPS:
+        if r.kernel_class == KernelClass.TENSOR_GEMM and r.precision == "fp16.acc32" and r.op in MATMUL_OPS:
             return dataclasses.replace(r, precision="fp16.acc16")
         return None
 
     def other_amp(r: KernelRecord) -> KernelRecord | None:
-        if r.kernel_class == TENSOR_GEMM and r.precision.startswith(("fp16", "bf16")):
+        if r.kernel_class == KernelClass.TENSOR_GEMM and r.precision.startswith(("fp16", "bf16")):
             return dataclasses.replace(r, precision="bf16.acc32" if amp != "bf16" else "fp16.acc32")
         return None
 
@@ -603,7 +604,7 @@ def _waiver(name: str, knobs: dict[str, str], explanation: Explanation, target: 
             return f"{key} is on already"
         if name == "fp16_accumulation" and not (knob_specs.torch_flags.has_fp16_accumulation_flag()):
             return f"torch {torch.__version__} has no allow_fp16_accumulation flag"
-        if name == "fp16_accumulation" and not any(r.kernel_class == TENSOR_GEMM and r.precision == "fp16.acc32"
+        if name == "fp16_accumulation" and not any(r.kernel_class == KernelClass.TENSOR_GEMM and r.precision == "fp16.acc32"
                                                    for r in explanation.median.kernels):
             return "no fp16 matmul accumulates in fp32 here"
         if name == "cudnn_benchmark" and not _has_conv(explanation):

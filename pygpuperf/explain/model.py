@@ -15,18 +15,8 @@ from typing import Any
 
 from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.core.results import Finding, Stats
+from pygpuperf.core.vocabulary import KernelClass, Phase
 
-# Kernel classes, in the order reports list them.
-TENSOR_GEMM = "tensor_gemm"  # GEMM or convolution on the tensor cores
-VECTOR_MATH = "vector_math"  # GEMM/conv or other math on vector units: CUDA cores, CPU SIMD (no tensor cores)
-MEMORY_BOUND = "memory_bound"  # elementwise, normalization, pooling, softmax, reductions, optimizer
-LAYOUT = "layout"  # NCHW<->NHWC and other transposes, .contiguous()
-MEMCPY = "memcpy_memset"
-COMMUNICATION = "communication"
-OTHER = "other"
-KERNEL_CLASSES = (TENSOR_GEMM, VECTOR_MATH, MEMORY_BOUND, LAYOUT, MEMCPY, COMMUNICATION, OTHER)
-
-PHASES = ("forward", "backward", "optimizer", "other")
 # Where explain.json keeps each HostTime of an Explanation: its field, then the document's key for each of
 # HostTime's fields in order (the step's time, the optimizer's share, the backward's).
 HOST_TIME_KEYS = {"host_at_batch_one": ("batch_one_step_us", "batch_one_optimizer_us", "batch_one_backward_us"),
@@ -44,13 +34,13 @@ class KernelRecord:
     launch_us: float | None = None  # host time the launch call started (same clock as start_us)
     op: str = ""  # innermost aten op that launched it, e.g. "aten::convolution_backward"
     module: str = ""  # module path, e.g. "layer1.0.conv1"
-    phase: str = "other"  # one of PHASES
+    phase: Phase = Phase.OTHER
     input_shapes: list[Any] = field(default_factory=list)  # a tensor list is a list of shapes
     dtypes: list[str] = field(default_factory=list)
     input_strides: list[Any] = field(default_factory=list)  # per argument; a 0 stride marks a broadcast (expand) dim
     concrete_inputs: list[Any] = field(default_factory=list)  # non-tensor arguments: stride, padding, flags
     op_call_id: int | None = None  # the launching op call (kernels of one call share their op's work)
-    kernel_class: str = OTHER  # one of KERNEL_CLASSES
+    kernel_class: KernelClass = KernelClass.OTHER
     precision: str = ""  # ceiling key suffix it is held against, e.g. "fp16.acc32", "fp32"
     flops: float = 0.0  # this kernel's share of its op's FLOPs
     bytes: float = 0.0  # this kernel's share of its op's minimum traffic

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from pygpuperf.analyze.kernel_time import CardTerms, KernelTime
 from pygpuperf.explain import tiles
-from pygpuperf.explain.model import MEMORY_BOUND, CallAccesses, KernelRecord
+from pygpuperf.explain.model import CallAccesses, KernelRecord
+from pygpuperf.core.vocabulary import KernelClass
 
 GROWS_WITH_BATCH = ("forward", "backward")
 
@@ -84,7 +85,7 @@ def resized_us(record: KernelRecord, before: KernelTime, after: KernelTime, t0_u
     kept (times `ramp_scale` on another card), and the new work at the residual it had beyond both; for a
     memory-bound kernel, fixed cost and the longer of its ramp and its new work at the residual it had beyond
     its fixed cost. A kernel faster than its bound (miscounted work: an FFT convolution) keeps its speed."""
-    if record.kernel_class == MEMORY_BOUND:  # its ramp overlaps its streaming: the longer of the two
+    if record.kernel_class == KernelClass.MEMORY_BOUND:  # its ramp overlaps its streaming: the longer of the two
         ramp = max(t0_us - before.fixed_us, 0.0)
         streaming = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
         return after.fixed_us + max(ramp * ramp_scale, after.work_us * streaming)

@@ -36,7 +36,8 @@ from typing import Any
 from pygpuperf.core import timing
 from pygpuperf.explain.accesses import AccessTraceMode, call_of
 from pygpuperf.explain.classify import KernelContext, MathSettings, classify
-from pygpuperf.explain.model import MEMORY_BOUND, OTHER, VECTOR_MATH, CallAccesses, KernelRecord
+from pygpuperf.explain.model import CallAccesses, KernelRecord
+from pygpuperf.core.vocabulary import KernelClass
 
 STEP_RANGE = "pygpuperf::step"
 MODULE_PREFIX = "module::"
@@ -445,8 +446,8 @@ def _host_op_records(host: list[_Event], locate: _Locator, seq_module: dict[int,
             input_strides=list(args.get("Input Strides", []) or []),
             concrete_inputs=list(args.get("Concrete Inputs", []) or []), op_call_id=args.get("External id", id(ev)),
         )
-        record.kernel_class = (OTHER if id(ev) in unruled else VECTOR_MATH if costs.is_math_op(ev.name)
-                               else MEMORY_BOUND)
+        record.kernel_class = (KernelClass.OTHER if id(ev) in unruled else KernelClass.VECTOR_MATH if costs.is_math_op(ev.name)
+                               else KernelClass.MEMORY_BOUND)
         out[step.index].kernels.append(record)
         out[step.index].kernel_ops.append(None)
         # An op with a cost rule may be composite (aten::linear): the traced call it ran is inside it.

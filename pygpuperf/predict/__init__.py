@@ -54,9 +54,10 @@ from pygpuperf.analyze import machine_model
 from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
 from pygpuperf.analyze.kernel_time import clock_ratio
 from pygpuperf.explain import attribution, resize, timeline
-from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED
+from pygpuperf.core.vocabulary import Part
 from pygpuperf.explain.model import Explanation, fitting_batch
-from pygpuperf.explain.model import VECTOR_MATH, KERNEL_CLASSES, OTHER, TENSOR_GEMM, KernelRecord
+from pygpuperf.explain.model import KernelRecord
+from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.core.precision import bytes_of, dtype_of, fallbacks
 from pygpuperf.core.results import MachineModel
 
@@ -141,9 +142,9 @@ def _on_target(record: KernelRecord, target: MachineModel) -> tuple[KernelRecord
     if new_precision == precision:
         return record, None
     cls = record.kernel_class
-    if cls == TENSOR_GEMM and target.matrix_ceiling(new_precision) is None:
+    if cls == KernelClass.TENSOR_GEMM and target.matrix_ceiling(new_precision) is None:
         # No tensor-core figure for what it runs as (fp32 before Ampere): the GEMM lands on the vector units.
-        cls = VECTOR_MATH
+        cls = KernelClass.VECTOR_MATH
         note = f"{note} on the vector units"
     return dataclasses.replace(record, precision=new_precision, kernel_class=cls,
                                bytes=record.bytes * bytes_of(new_precision) / bytes_of(precision)), note
@@ -193,9 +194,9 @@ def _confidence(waterfall: Sequence[CategoryChange], source: MachineModel, targe
     by = {c.category: c.target_us for c in waterfall}
     total = sum(by.values()) or 1.0
     shares = {
-        "compute": by.get(TENSOR_GEMM, 0.0) + by.get(VECTOR_MATH, 0.0),
-        "memory": sum(by.get(c, 0.0) for c in KERNEL_CLASSES if c not in (TENSOR_GEMM, VECTOR_MATH, OTHER)),
-        "fixed": sum(by.get(c, 0.0) for c in (IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED, OTHER)),
+        "compute": by.get(KernelClass.TENSOR_GEMM, 0.0) + by.get(KernelClass.VECTOR_MATH, 0.0),
+        "memory": sum(by.get(c, 0.0) for c in tuple(KernelClass) if c not in (KernelClass.TENSOR_GEMM, KernelClass.VECTOR_MATH, KernelClass.OTHER)),
+        "fixed": sum(by.get(c, 0.0) for c in (Part.IDLE_HOST, Part.IDLE_LAUNCH, Part.IDLE_SYNC, Part.UNEXPLAINED, KernelClass.OTHER)),
     }
     dominant = max(shares, key=shares.get)
     share = 100 * shares[dominant] / total
@@ -255,10 +256,10 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     notes: dict[str, int] = {}
     substituted = False
     carried = 0.0
-    source_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)
-    target_cat = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    source_cat = dict.fromkeys(tuple(KernelClass), 0.0)
+    target_cat = dict.fromkeys(tuple(KernelClass), 0.0)
     for record, share in zip(records, attribution.exclusive_times(records)):
-        cls = record.kernel_class if record.kernel_class in KERNEL_CLASSES else OTHER
+        cls = record.kernel_class if record.kernel_class in tuple(KernelClass) else KernelClass.OTHER
         price = _price(record, source_side, target_side, at_batch, residual)
         factor = price.time_us / record.duration_us if record.duration_us > 0 else 1.0
         source_cat[cls] += share
@@ -280,14 +281,14 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
         text.append(f"profiled step {line.wall_us / 1e3:.2f} ms vs {source_step_us / 1e3:.2f} ms without the profiler: "
                     f"{trimmed.profiler_overhead_us / 1e3:.2f} ms of profiler overhead taken off idle time")
         line = trimmed
-    idle_source = {IDLE_HOST: line.idle.host_bound_us, IDLE_LAUNCH: line.idle.launch_gap_us, IDLE_SYNC: line.idle.sync_us}
+    idle_source = {Part.IDLE_HOST: line.idle.host_bound_us, Part.IDLE_LAUNCH: line.idle.launch_gap_us, Part.IDLE_SYNC: line.idle.sync_us}
     idle_target = dict(idle_source)
     gap_s, gap_t = source_side.terms.gap_us, target_side.terms.gap_us
     if gap_s > 0 and gap_t > 0:
-        idle_target[IDLE_LAUNCH] *= gap_t / gap_s
+        idle_target[Part.IDLE_LAUNCH] *= gap_t / gap_s
     if host_step_us is not None:
-        device = sum(target_cat.values()) + idle_target[IDLE_LAUNCH] + idle_target[IDLE_SYNC]
-        idle_target[IDLE_HOST] = max(host_step_us - device, 0.0)
+        device = sum(target_cat.values()) + idle_target[Part.IDLE_LAUNCH] + idle_target[Part.IDLE_SYNC]
+        idle_target[Part.IDLE_HOST] = max(host_step_us - device, 0.0)
         text.append(f"host time per step {host_step_us / 1e3:.2f} ms (given): the step is the longer of it and the "
                     f"device's {device / 1e3:.2f} ms")
     unexplained = line.wall_us - sum(source_cat.values()) - sum(idle_source.values())
@@ -295,11 +296,11 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     if not _has_gpu_math(source) and _has_gpu_math(target):
         text.append("the profile comes from a CPU: its math ops are priced on the target's CUDA cores in their own "
                     "dtype, while a GPU run would put convolutions and matmuls on tensor cores (TF32, FP16, BF16)")
-    waterfall = [CategoryChange(c, source_cat[c], target_cat[c]) for c in KERNEL_CLASSES if source_cat[c] > 0]
+    waterfall = [CategoryChange(c, source_cat[c], target_cat[c]) for c in tuple(KernelClass) if source_cat[c] > 0]
     waterfall += [CategoryChange(c, idle_source[c], idle_target[c]) for c in idle_source
                   if idle_source[c] > 0 or idle_target[c] > 0]
     if abs(unexplained) > 1e-6:
-        waterfall.append(CategoryChange(UNEXPLAINED, unexplained, unexplained))
+        waterfall.append(CategoryChange(Part.UNEXPLAINED, unexplained, unexplained))
     source_total = sum(c.source_us for c in waterfall)
     target_total = sum(c.target_us for c in waterfall)
     return Prediction(source=source_name or source.device, target=target_name or target.device,

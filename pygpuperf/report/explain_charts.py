@@ -25,29 +25,29 @@ from matplotlib.legend import Legend  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
-from pygpuperf.explain import attribution, words  # noqa: E402
+from pygpuperf.explain import words  # noqa: E402
 from pygpuperf.explain.model import Explanation  # noqa: E402
-from pygpuperf.explain.model import (COMMUNICATION, VECTOR_MATH, KERNEL_CLASSES, LAYOUT, MEMCPY,  # noqa: E402
-                                     MEMORY_BOUND, OTHER, TENSOR_GEMM, KernelRecord)
+from pygpuperf.explain.model import KernelRecord  # noqa: E402
 from pygpuperf.report.chart import (ChartPoint, chart_style, drawn, plain, roofline_figure,  # noqa: E402
                                     save_figure)
 from pygpuperf.core.results import MachineModel, Results  # noqa: E402
+from pygpuperf.core.vocabulary import KernelClass, Part  # noqa: E402
 
 # Kernel class -> colour: the tensor and CUDA-core classes take their roofs' colours, memory-bound
 # kernels the HBM slope's; the rest take colours no roof uses.
-CLASS_COLORS = {TENSOR_GEMM: "#1f4e9c", VECTOR_MATH: "#a0522d", MEMORY_BOUND: "#d62728", LAYOUT: "#e7298a",
-                MEMCPY: "#e6ab02", COMMUNICATION: "#1b9e77", OTHER: "#7f7f7f"}
+CLASS_COLORS = {KernelClass.TENSOR_GEMM: "#1f4e9c", KernelClass.VECTOR_MATH: "#a0522d", KernelClass.MEMORY_BOUND: "#d62728", KernelClass.LAYOUT: "#e7298a",
+                KernelClass.MEMCPY: "#e6ab02", KernelClass.COMMUNICATION: "#1b9e77", KernelClass.OTHER: "#7f7f7f"}
 # Waterfall bars: the ideal, each part (kernel parts in their class's colour, idle in greys), the total.
 _IDEAL_COLOR = "#2ca02c"
 _MEASURED_COLOR = "#333333"
-_PART_COLORS = {attribution.PART_TENSOR: CLASS_COLORS[TENSOR_GEMM],
-                attribution.PART_MEMORY: CLASS_COLORS[MEMORY_BOUND],
-                attribution.PART_FALLBACK: CLASS_COLORS[VECTOR_MATH], attribution.PART_LAYOUT: CLASS_COLORS[LAYOUT],
-                attribution.PART_MEMCPY: CLASS_COLORS[MEMCPY],
-                attribution.PART_COMMUNICATION: CLASS_COLORS[COMMUNICATION],
-                attribution.PART_OTHER: CLASS_COLORS[OTHER], attribution.IDLE_HOST: "#8c96a3",
-                attribution.IDLE_LAUNCH: "#aab3bd", attribution.IDLE_SYNC: "#c8ced5",
-                attribution.UNEXPLAINED: "#ffffff"}
+_PART_COLORS = {Part.TENSOR: CLASS_COLORS[KernelClass.TENSOR_GEMM],
+                Part.MEMORY: CLASS_COLORS[KernelClass.MEMORY_BOUND],
+                Part.FALLBACK: CLASS_COLORS[KernelClass.VECTOR_MATH], Part.LAYOUT: CLASS_COLORS[KernelClass.LAYOUT],
+                Part.MEMCPY: CLASS_COLORS[KernelClass.MEMCPY],
+                Part.COMMUNICATION: CLASS_COLORS[KernelClass.COMMUNICATION],
+                Part.OTHER: CLASS_COLORS[KernelClass.OTHER], Part.IDLE_HOST: "#8c96a3",
+                Part.IDLE_LAUNCH: "#aab3bd", Part.IDLE_SYNC: "#c8ced5",
+                Part.UNEXPLAINED: "#ffffff"}
 IDEAL = "roofline ideal"
 MEASURED = "measured"
 
@@ -179,7 +179,7 @@ def kernel_points(explanation: Explanation, top: int | None = 25, by: str = "op"
 
 @dataclass(frozen=True)
 class WaterfallBar:
-    name: str  # IDEAL, a waterfall part, attribution.UNEXPLAINED or MEASURED
+    name: str  # IDEAL, a waterfall part, Part.UNEXPLAINED or MEASURED
     start_us: float  # where the bar starts: the running total before it (0 for the ideal and the total)
     length_us: float  # signed: a negative unexplained remainder runs back
 
@@ -198,7 +198,7 @@ def waterfall_bars(explanation: Explanation) -> list[WaterfallBar]:
         if us != 0:
             bars.append(WaterfallBar(name, running, us))
             running += us
-    bars.append(WaterfallBar(attribution.UNEXPLAINED, running, w.unexplained_us))
+    bars.append(WaterfallBar(Part.UNEXPLAINED, running, w.unexplained_us))
     bars.append(WaterfallBar(MEASURED, 0.0, w.measured_us))
     return bars
 
@@ -220,7 +220,7 @@ def waterfall_figure(explanation: Explanation, device: str | None = None) -> Fig
     for row, bar in zip(rows, bars):
         color = {IDEAL: _IDEAL_COLOR, MEASURED: _MEASURED_COLOR}.get(bar.name, _PART_COLORS.get(bar.name, "0.6"))
         ax.barh(row, bar.length_us / 1e3, left=bar.start_us / 1e3, height=0.62, color=color, edgecolor="0.25",
-                lw=0.6, hatch="//" if bar.name == attribution.UNEXPLAINED else None, gid=f"waterfall-bar-{row}")
+                lw=0.6, hatch="//" if bar.name == Part.UNEXPLAINED else None, gid=f"waterfall-bar-{row}")
         if 0 < row < len(bars) - 1:  # a leader from the running total before this bar
             ax.plot([bar.start_us / 1e3] * 2, [row - 1 - 0.31, row + 0.31], color="0.45", lw=0.6, ls=":")
         share = f" ({100 * abs(bar.length_us) / w.measured_us:.1f}%)" if w.measured_us > 0 else ""
@@ -355,7 +355,7 @@ def _class_legend(ax: Axes, groups: Sequence[KernelGroup], shown: Sequence[Kerne
     kept = ax.get_legend()
     handles, labels = [], []
     for kernel_class in sorted({g.kernel_class for g in shown},
-                               key=lambda c: KERNEL_CLASSES.index(c) if c in KERNEL_CLASSES else len(KERNEL_CLASSES)):
+                               key=lambda c: tuple(KernelClass).index(c) if c in tuple(KernelClass) else len(tuple(KernelClass))):
         members = [g for g in shown if g.kernel_class == kernel_class]
         handles.append(Line2D([], [], marker="o", ls="none", ms=8, mec="black", mew=0.6, alpha=0.6,
                               color=CLASS_COLORS.get(kernel_class, "0.5")))

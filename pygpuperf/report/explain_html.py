@@ -18,6 +18,7 @@ from pygpuperf.report import templating
 from pygpuperf.report.explain_charts import (IDEAL, MEASURED, draw_explain_charts, explain_roofline_svg, kernel_groups,
                                              short_kernel_name, waterfall_svg)
 from pygpuperf.core.results import MachineModel, Results
+from pygpuperf.core.vocabulary import Part
 
 TOP_GROUPS = 25
 # Kernels this far under their bound are listed by the self-check (attribution.SELF_CHECK_MARGIN).
@@ -110,7 +111,7 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
         "waterfall_svg": templating.svg(waterfall),
         "empty_parts": [words.label(name, kind) for name, us in parts if us == 0],
         "waterfall_rows": [(words.label(name, kind), us)
-                           for name, us in [(IDEAL, w.ideal_us), *parts, (attribution.UNEXPLAINED, w.unexplained_us)]],
+                           for name, us in [(IDEAL, w.ideal_us), *parts, (Part.UNEXPLAINED, w.unexplained_us)]],
         "measured_label": MEASURED,
         "roofline_svg": templating.svg(roofline),
         "groups": groups, "group_count": count,

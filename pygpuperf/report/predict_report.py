@@ -16,13 +16,13 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from pygpuperf.core import documents  # noqa: E402
-from pygpuperf.explain.attribution import IDLE_HOST, IDLE_LAUNCH, IDLE_SYNC, UNEXPLAINED  # noqa: E402
+from pygpuperf.core.vocabulary import Part
 from pygpuperf.predict import Prediction, prediction_documents  # noqa: E402
 from pygpuperf.report import templating  # noqa: E402
 from pygpuperf.report.chart import drawn  # noqa: E402
 from pygpuperf.report.explain_charts import CLASS_COLORS  # noqa: E402
 
-_IDLE_COLORS = {IDLE_HOST: "#8c96a3", IDLE_LAUNCH: "#aab3bd", IDLE_SYNC: "#c8ced5", UNEXPLAINED: "#e0e0e0"}
+_IDLE_COLORS = {Part.IDLE_HOST: "#8c96a3", Part.IDLE_LAUNCH: "#aab3bd", Part.IDLE_SYNC: "#c8ced5", Part.UNEXPLAINED: "#e0e0e0"}
 _SOURCE_COLOR = "#2ca02c"
 _TARGET_COLOR = "#1f4e9c"
 
