@@ -4,9 +4,9 @@ fleet command's figures against roofline --quick on the same GPU.
     python benchmarks/answer_checks.py DEFAULT_STDOUT FULL_STDOUT FLEET.json QUICK_RESULTS.json
     python benchmarks/answer_checks.py ceilings DEFAULT_RESULTS.json FULL_RESULTS.json
 
-The first form needs, beside the two terminal tables, a fleet run and a `roofline --quick` run on the same GPU
-(`results/*_answer_{default,full}_stdout.txt`, `*_fleet.json` and `*_fleet-vs-quick_quick_results.json` are one
-such set); device_answer.sh writes the tables and both runs' results.json, what the second form reads.
+Run on one card, back to back: `python -m pygpuperf.roofline` and `python -m pygpuperf.roofline --full`, each
+with its terminal table kept (DEFAULT_STDOUT, FULL_STDOUT) and its results.json; for the first form also the
+fleet command on that GPU (its fleet.json) and `python -m pygpuperf.roofline --quick` (QUICK_RESULTS.json).
 
 ceilings: every machine-model ceiling of the two runs side by side, each marked by whether the default's plan
 for it differs from the full search's (a trimmed variant search or sweep) or is the same (then any
