@@ -13,7 +13,8 @@ from pygpuperf.core.errors import UsageError
 from pygpuperf.core.results import COUNTING_CONVENTION, Measurement, Results
 from pygpuperf.analyze.machine_model import build_machine_model
 
-H200_RESULTS = Path(__file__).resolve().parent.parent / "benchmarks/results/nvidia-h200_2026-11-30_memory-hierarchy_results.json"
+H200_RESULTS = (Path(__file__).resolve().parent.parent
+                / "benchmarks/reference/machines/nvidia-h200_2026-11-30_compute-transfers_results.json")
 
 
 def _cli(*args, **kwargs):

@@ -4,6 +4,7 @@ machine models built from it."""
 import json
 import re
 from importlib import resources
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -19,7 +20,7 @@ SLUGS = {"h200-sxm", "h100-sxm", "h100-pcie", "a100-sxm4-80gb", "a100-sxm4-40gb"
          "mi300x"} | NEW_CARDS
 REQUIRED_FACTS = {"vendor", "segment", "architecture", "compute_capability", "memory_type", "memory_gb",
                   "multiprocessors", "boost_clock_mhz", "pcie_generation", "pcie_width", "gpu_link_gbs_total", "tdp_w"}
-H200_RESULTS = "benchmarks/results/nvidia-h200_2026-11-30_memory-hierarchy_results.json"
+H200_RESULTS = Path(__file__).parents[1] / "benchmarks/reference/machines/nvidia-h200_2026-12-01_machine-model_results.json"
 
 
 def _text(name: str) -> str:

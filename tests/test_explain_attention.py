@@ -5,7 +5,8 @@ import json
 import pytest
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
-from pygpuperf.explain import attention, compare, fixes
+from pygpuperf.trials import attention, fixes
+from pygpuperf.compare import explained as compare
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
 
 _NONE = [""] * 8

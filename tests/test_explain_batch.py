@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pygpuperf.explain import batch
+from pygpuperf.trials import batch
 
 
 def line(t_fixed: float, t_sample: float, sizes) -> list[tuple[int, float]]:

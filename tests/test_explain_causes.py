@@ -3,9 +3,11 @@ kernel model's prediction of what a fix buys."""
 
 import pytest
 
+from pygpuperf import diagnose
 from pygpuperf.analyze.kernel_time import Access, CardTerms
 from pygpuperf.core.results import Ceiling, MachineModel
-from pygpuperf.explain import attribution, causes, costs, explainer, findings
+from pygpuperf.explain import attribution, costs, explainer
+from pygpuperf.diagnose import causes, findings
 from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Timeline,
                                      Waterfall)
 
@@ -227,7 +229,7 @@ def test_a_well_shaped_convolution_splits_its_excess_into_the_library_rate_and_t
 def _attention_step_compiled(module: str):
     """A step whose attention head copies are a cause, and a measured torch.compile trial (97 us)."""
     from pygpuperf.core.results import Stats
-    from pygpuperf.explain.fixes import FixTrial
+    from pygpuperf.trials.fixes import FixTrial
     from pygpuperf.explain.model import Throughput
 
     records = [k("tensor_gemm", 100, "aten::addmm", "fp16.acc32", 1e9, 1e6, "blocks.0.attn.qkv"),
@@ -241,7 +243,7 @@ def _attention_step_compiled(module: str):
 
 
 def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
-    from pygpuperf.explain.fixes import FixTrial
+    from pygpuperf.trials.fixes import FixTrial
     from pygpuperf.report.explain_html import explain_html
 
     e, layout = _attention_step_compiled("blocks.0.<script>attn")
@@ -361,7 +363,7 @@ def test_a_recorded_step_explained_again_gets_bounds_causes_and_findings_from_th
     records = [k("tensor_gemm", 100, "aten::mm", "fp16.acc32", 1e9, 1e6), k("memory_bound", 50, nbytes=1e8)]
     e = explanation(records)
     assert all(r.bound_us is None for r in records) and e.causes is None
-    found = explainer.explain_again(e, gpu_model())
+    found = diagnose.explain_again(e, gpu_model())
     assert all(r.bound_us is not None and r.bound_us > 0 for r in records)
     assert e.causes is not None and e.findings is found
     assert e.median.waterfall.ideal_us == pytest.approx(sum(r.bound_us for r in records))

@@ -199,7 +199,8 @@ def test_a_split_k_convolution_keeps_its_flops_on_the_gemm_and_stays_within_its_
         kernels = records
 
     explainer._cost_records(Step)
-    results = Path(__file__).parents[1] / "benchmarks" / "results" / "nvidia-h200_2026-11-30_compute-transfers_results.json"
+    results = (Path(__file__).parents[1] / "benchmarks" / "reference" / "machines"
+               / "nvidia-h200_2026-11-30_compute-transfers_results.json")
     attribution.assign_bounds(records, documents.load_results(results).machine_model)
     gemm = next(r for r in records if "ImplicitGemmConvolution" in r.name)
     assert (gemm.kernel_class, gemm.precision) == ("tensor_gemm", "tf32.acc32")

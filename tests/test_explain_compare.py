@@ -1,22 +1,24 @@
 """A/B comparison of explained steps: category deltas, matched vs unmatched work, the sentence, the loader."""
 
 import dataclasses
+import gzip
 import json
 import subprocess
 import sys
-import tarfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from pygpuperf.explain import attribution, compare
+from pygpuperf.explain import attribution
+from pygpuperf.compare import explained as compare
 from pygpuperf.explain.model import ExplainedStep, Explanation
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.vocabulary import KernelClass
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TARBALL = Path(__file__).parents[1] / "benchmarks" / "results" / "nvidia-h200_2026-11-30_explain-resnet50.tar.gz"
+# The three recorded H200 profiles the fixture describes, with what loading and comparing them reads.
+PROFILES = FIXTURES / "explain_resnet50_h200_profiles.json.gz"
 
 
 def kernel(cls: str, us: float, op: str, shapes=((256, 64, 56, 56),), phase: str = "forward",
@@ -175,7 +177,7 @@ def test_the_steps_window_and_its_host_syncs_load_back_validated(tmp_path):
 def test_batch_norm_timings_load_back_in_either_form(tmp_path):
     """Every shape timed (a list) is what explain.json holds now; a file written when only the largest shape
     was timed holds one object, and loads as that one shape."""
-    from pygpuperf.explain.norms import NormTiming
+    from pygpuperf.trials.norms import NormTiming
 
     a, _ = runs()
     a.norm_timings = [NormTiming([8, 32, 8, 8], True, True, {"fp16": 10.0, "bf16": 17.5}),
@@ -253,14 +255,14 @@ def test_h200_batch_64_against_256_per_sample():
                                       "(598 vs 210 µs per sample): 274 µs more in host-bound idle")
 
 
-@pytest.mark.skipif(not TARBALL.exists(), reason="the H200 explain tarball is not in this checkout")
-def test_h200_tarball_loads_and_agrees_with_the_fixture(tmp_path):
-    with tarfile.open(TARBALL) as tar:
-        tar.extractall(tmp_path, filter="data")
+def test_h200_profiles_load_and_agree_with_the_fixture(tmp_path):
+    for folder, profile in json.loads(gzip.decompress(PROFILES.read_bytes())).items():
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "explain.json").write_text(json.dumps(profile))
     doc = json.loads((FIXTURES / "explain_resnet50_h200.json").read_text())
     loaded = {}
     for label, config in doc["configs"].items():
-        e = compare.load_explanation(tmp_path / "explain" / config["folder"])
+        e = compare.load_explanation(tmp_path / config["folder"])
         times = attribution.category_times(e.median.kernels, e.median.timeline)
         for category, us in config["category_us"].items():
             assert times[category] == pytest.approx(us, abs=0.01)

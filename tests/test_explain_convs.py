@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from pygpuperf.core.results import Ceiling, MachineModel
-from pygpuperf.explain import compare, convs, dtype_timing, fixes
+from pygpuperf.compare import explained as compare
+from pygpuperf.trials import convs, dtype_timing, fixes
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
 
 # A 3x3 convolution of 64 channels on 8x56x56 in NHWC, as the profiler records it.
@@ -108,7 +109,7 @@ def test_an_amp_dtype_fix_prices_each_convolution_by_its_own_shapes_time_in_the_
 
 
 def test_an_fp32_steps_amp_fix_takes_the_timed_convolutions_ratio_instead_of_the_kernel_models_saving():
-    from pygpuperf.explain import findings
+    from pygpuperf.diagnose import findings
 
     model = MachineModel(device="cuda:0")
     for key, value in {"tensor.tf32.acc32": 400.0, "tensor.bf16.acc32": 800.0, "cuda.fp32": 60.0}.items():
@@ -222,7 +223,7 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
 
 
 def test_a_channels_last_fix_prices_the_timed_convolutions_by_their_nhwc_time_and_drops_the_other_transposes():
-    from pygpuperf.explain import findings
+    from pygpuperf.diagnose import findings
 
     model = MachineModel(device="cuda:0")
     model.compute["tensor.tf32.acc32"] = Ceiling(400.0, "TFLOP/s", "compute.tensor.tf32.acc32", "native-cuda")

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from pygpuperf.explain import attribution, findings
+from pygpuperf.explain import attribution
+from pygpuperf.diagnose import findings
 from pygpuperf.explain.model import ExplainedStep, Explanation
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.results import Ceiling, MachineModel
@@ -274,7 +275,8 @@ def test_memory_findings_name_a_batch_that_did_not_fit_and_estimate_one_that_wou
 def test_a_fixs_evidence_carries_the_trials_predictions_at_the_windows_host_and_the_fixed_clock():
     """findings.json and the finding's words say what the fix measured and what the kernel model predicts for the
     conditions its windows ran in; a trial timed without them says the measurement alone."""
-    from pygpuperf.explain import causes, fixes
+    from pygpuperf.diagnose import causes
+    from pygpuperf.trials import fixes
 
     fix = causes.Fix("tf32", "TF32 on", 10_000.0, 20_000.0, {"tf32": "on"})
     trial = fixes.FixTrial("tf32", "TF32 on", {"tf32": "on"}, "measured", predicted_step_us=20_000.0,

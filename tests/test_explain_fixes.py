@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
-from pygpuperf.explain import compare, explainer, fixes
+from pygpuperf.compare import explained as compare
+from pygpuperf.explain import explainer
+from pygpuperf.trials import fixes
 from pygpuperf.explain.model import (ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Throughput, Timeline,
                                      Waterfall)
 from pygpuperf.workloads import BuiltWorkload
@@ -372,7 +374,7 @@ def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():
 
 
 def test_an_amp_dtype_fix_prices_each_batch_norm_by_its_own_shapes_time_in_the_new_dtype():
-    from pygpuperf.explain.norms import NormTiming, norm_shapes
+    from pygpuperf.trials.norms import NormTiming, norm_shapes
 
     def norm(us, shape, strides, op="aten::cudnn_batch_norm", phase="forward"):
         return KernelRecord(name="bn", start_us=0.0, duration_us=us, op=op, phase=phase, input_shapes=[shape],
@@ -405,7 +407,7 @@ def test_an_amp_dtype_fix_prices_each_batch_norm_by_its_own_shapes_time_in_the_n
 
 
 def test_a_batch_norm_timing_that_runs_out_of_memory_leaves_the_fixes_to_run(monkeypatch):
-    from pygpuperf.explain import norms
+    from pygpuperf.trials import norms
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory")

@@ -4,7 +4,7 @@ import time
 
 import torch
 
-from pygpuperf.explain import host_clock
+from pygpuperf.trials import host_clock
 
 
 def test_the_clock_times_a_steps_backward_calls_and_optimizer_steps_apart_and_puts_autograd_back():

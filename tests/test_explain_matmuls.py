@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
-from pygpuperf.explain import compare, dtype_timing, fixes, matmuls
+from pygpuperf.compare import explained as compare
+from pygpuperf.trials import dtype_timing, fixes, matmuls
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
 
 

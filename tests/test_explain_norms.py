@@ -2,7 +2,7 @@
 
 import pytest
 
-from pygpuperf.explain import norms
+from pygpuperf.trials import norms
 
 
 def test_each_dtype_is_timed_and_one_off_the_fp32_reference_is_left_out(monkeypatch):

@@ -6,7 +6,8 @@ import pytest
 
 from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
-from pygpuperf.explain import fixes, queue
+from pygpuperf.trials import fixes
+from pygpuperf.explain import queue
 from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Throughput,
                                      Timeline, Waterfall)
 

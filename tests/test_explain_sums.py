@@ -5,7 +5,8 @@ import json
 import pytest
 
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
-from pygpuperf.explain import compare, fixes, sums
+from pygpuperf.compare import explained as compare
+from pygpuperf.trials import fixes, sums
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
 
 

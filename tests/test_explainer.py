@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pygpuperf import diagnose
 from pygpuperf.explain import explainer
 from pygpuperf.core.vocabulary import Part
 from pygpuperf.explain.trace import CapturedSteps, MathSettings, steps_from_chrome_trace
@@ -29,7 +30,10 @@ def h200_like_model() -> MachineModel:
 def explanation():
     trace = json.loads((FIXTURES / "chrome_trace_cuda.json").read_text())
     steps = steps_from_chrome_trace(trace, settings=MathSettings())
-    return explainer.explain_captured(CapturedSteps("cuda:0", steps, MathSettings()), h200_like_model())
+    model = h200_like_model()
+    e = explainer.explain_captured(CapturedSteps("cuda:0", steps, MathSettings()), model)
+    diagnose.diagnose(e, model)
+    return e
 
 
 def test_every_step_adds_up_to_its_wall_time(explanation):
@@ -62,5 +66,5 @@ def test_outputs_and_summary(explanation, tmp_path):
 def test_the_returned_explanation_has_its_findings_before_anything_is_written(explanation, tmp_path):
     found = [dataclasses.asdict(f) for f in explanation.findings]
     assert found, "the recorded step has findings (idle, memory-bound kernels)"
-    explained.write_explained(explanation, {}, h200_like_model(), tmp_path, echo=lambda text: None)
+    explained.write_explained(explanation, h200_like_model(), tmp_path, echo=lambda text: None)
     assert json.loads((tmp_path / "findings.json").read_text()) == found

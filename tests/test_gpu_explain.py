@@ -7,6 +7,7 @@ import statistics
 import pytest
 import torch
 
+from pygpuperf import diagnose
 from pygpuperf.core.timing import release_profiler
 from pygpuperf.explain import explainer, trace
 from pygpuperf.workloads import get_workload
@@ -87,7 +88,7 @@ def test_resnet50_explained_with_full_coverage_and_no_miscounted_kernels():
     model = explainer.quick_machine_model("cuda")
     with get_workload("resnet50-train-amp").build("cuda", BATCH, memory_format="channels_last",
                                                    cudnn_benchmark=True) as built:
-        explanation = explainer.explain_built(built, model, "cuda", steps=2)
+        explanation = diagnose.explain_built(built, model, "cuda", steps=2)
     step = explanation.median
     assert explanation.throughput is not None and explanation.throughput.peak_memory_bytes > 0
     # The waterfall adds up to the step timed without the profiler (its overhead is taken off idle time).
@@ -100,7 +101,7 @@ def test_resnet50_explained_with_full_coverage_and_no_miscounted_kernels():
 
 
 def test_batch_norm_is_timed_in_each_dtype_and_checked():
-    from pygpuperf.explain.norms import time_batch_norm
+    from pygpuperf.trials.norms import time_batch_norm
 
     timing = time_batch_norm([32, 64, 28, 28], True, True, "cuda")
     # each passed its check against fp32, its forward timed alone beside the whole
@@ -111,7 +112,7 @@ def test_batch_norm_is_timed_in_each_dtype_and_checked():
 
 
 def test_convolutions_are_timed_in_each_dtype_and_checked():
-    from pygpuperf.explain.convs import ConvShape, time_conv
+    from pygpuperf.trials.convs import ConvShape, time_conv
 
     shape = ConvShape([64, 128, 56, 56], [128, 128, 3, 3], [1, 1], [1, 1], [1, 1], 1, True)
     timing = time_conv(shape, True, "cuda")
@@ -124,7 +125,7 @@ def test_a_small_batch_norm_is_timed_by_its_kernels_not_by_the_hosts_pace():
     """Timed by events alone, a small training batch norm runs at the pace of the host's autograd calls: on an
     H200, [256, 512, 7, 7]'s backward came out 124 µs at batch 256 and 142 µs at 512, where in a ResNet-50
     step its kernels took 30 and 65 µs; a batch fix priced by that ratio saw no growth."""
-    from pygpuperf.explain.norms import time_batch_norm
+    from pygpuperf.trials.norms import time_batch_norm
 
     shape = [256, 512, 7, 7]
     now = time_batch_norm(shape, True, True, "cuda", dtypes=("fp32",)).phase_us("fp32", "backward")
@@ -136,7 +137,7 @@ def test_a_small_batch_norm_is_timed_by_its_kernels_not_by_the_hosts_pace():
 def test_a_bias_gradient_sum_grows_less_than_its_bytes_and_the_timing_says_so():
     """torch's reduce kernel sums a tall matrix's rows far from its bandwidth bound: in GPT-100M's H200
     profiles at batch 16 and 32 a [16384, 768] bf16 bias gradient took 32.0 and 45.3 us."""
-    from pygpuperf.explain.sums import time_sum
+    from pygpuperf.trials.sums import time_sum
 
     now = time_sum([16384, 768], [0], True, False, "cuda", dtypes=("bf16",)).us["bf16"]
     doubled = time_sum([16384, 768], [0], True, False, "cuda", dtypes=("bf16",), scale=2).us["bf16@x2"]
@@ -146,7 +147,7 @@ def test_a_bias_gradient_sum_grows_less_than_its_bytes_and_the_timing_says_so():
 def test_a_gemm_whose_library_kernel_changes_with_the_batch_is_timed_at_both():
     """fp32 BERT-base's feed-forward output projection on an H200 (no TF32): a 128x64-tile kernel at batch 32, a
     128x128-tile one at 64, 1.69x the time for twice the work in the step's profiles."""
-    from pygpuperf.explain.matmuls import time_matmul
+    from pygpuperf.trials.matmuls import time_matmul
 
     shapes, layout = [[768], [12288, 3072], [3072, 768]], [False, True]
     now = time_matmul("aten::addmm", shapes, layout, False, "cuda")
@@ -159,7 +160,7 @@ def test_a_gemm_whose_library_kernel_changes_with_the_batch_is_timed_at_both():
 def test_a_small_batchs_attention_grows_less_than_its_work_and_the_timing_says_so():
     """fp32 gpt-tiny training on an H200 (batch 32 to 64, 4 heads of 256 tokens): the efficient kernels'
     forward took 277 → 467 µs and their backward 581 → 967 µs in the step's profiles, 1.67x for twice the work."""
-    from pygpuperf.explain.attention import time_attention
+    from pygpuperf.trials.attention import time_attention
 
     shape = [32, 4, 256, 64]
     now = time_attention(shape, shape, True, True, "cuda")

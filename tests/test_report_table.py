@@ -10,7 +10,7 @@ from rich.console import Console
 from pygpuperf.core import documents
 from pygpuperf.report.table import NARROW_WIDTH, format_number, measurement_table, summary_rows
 
-H200 = Path(__file__).parents[1] / "benchmarks" / "results" / "nvidia-h200_2026-11-30_explain-run_results.json"
+H200 = Path(__file__).parents[1] / "benchmarks" / "reference" / "machines" / "nvidia-h200_2026-11-30_compute-transfers_results.json"
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,15 @@ from pathlib import Path
 
 import torch
 
+from pygpuperf import diagnose
 from pygpuperf.cli import common as cli
 from pygpuperf.core import documents
 from pygpuperf.core import validation
 from pygpuperf.facts.device import device_slug, resolve_device
 from pygpuperf.core.errors import UsageError
-from pygpuperf.explain import batch, compare, explainer, fixes
+from pygpuperf.trials import batch, fixes
+from pygpuperf.compare import explained as compare
+from pygpuperf.explain import explainer
 from pygpuperf.core.results import MachineModel
 from pygpuperf.workloads.knobs import AMP, COMPILE, CUDA_GRAPHS, CUDNN_BENCHMARK, FP16_ACCUMULATION, MEMORY_FORMAT, TF32
 from pygpuperf.report import explained
@@ -107,11 +110,12 @@ def run(argv: list[str] | None = None) -> int:
                           overwrite=args.overwrite) as folder:
         built = _build_with(args.target, device, args.batch_size, knobs)
         with built:
-            explanation = explainer.explain_built(built, model, device, steps=args.steps)
+            explanation = diagnose.explain_built(built, model, device, steps=args.steps)
         if args.try_fixes:
             explanation.fixes = fixes.try_fixes(explanation, model, _fix_target(args, device, knobs, built), device,
                                                 only=_fix_names(args.try_fixes))
-        paths = explained.write_explained(explanation, dict(built.params), model, folder.path, echo=_echo(args)).paths
+            diagnose.diagnose(explanation, model)  # the findings with what the trials measured
+        paths = explained.write_explained(explanation, model, folder.path, echo=_echo(args)).paths
     if args.json:
         sys.stdout.write(paths[0].read_text(encoding="utf-8") + "\n")
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
@@ -269,9 +273,9 @@ def _compare_into(out: Path, args: argparse.Namespace, device: torch.device, mod
         knobs = {**_given_knobs(args), **knobs}
         built = _build_with(args.target, device, _config_batch(knobs.pop("batch_size", None), args.batch_size), knobs)
         with built:
-            explanation = explainer.explain_built(built, model, device, steps=args.steps)
+            explanation = diagnose.explain_built(built, model, device, steps=args.steps)
         say(f"== {label}")
-        paths += explained.write_explained(explanation, dict(built.params), model, out / _slug(label), echo=say).paths
+        paths += explained.write_explained(explanation, model, out / _slug(label), echo=say).paths
         configs.append(compare.Config(label, explanation, built.samples_per_step, dict(built.params)))
     comparison = compare.compare(configs)
     say("== comparison")

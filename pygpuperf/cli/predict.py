@@ -15,7 +15,7 @@ from typing import Sequence
 from pygpuperf.cli import common as cli
 from pygpuperf.core import validation
 from pygpuperf.core.errors import UsageError
-from pygpuperf.explain.compare import load_explanation
+from pygpuperf.compare.explained import load_explanation
 from pygpuperf.explain.model import Explanation
 from pygpuperf.analyze.machine_model import LoadedModel, load_model
 from pygpuperf.predict import (RESIDUALS, Prediction, _unprofiled_step_us, predict, prediction_documents,

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pygpuperf import diagnose
 from pygpuperf.analyze import conclude
 from pygpuperf.cli import common as cli
 from pygpuperf.analyze import hierarchy
@@ -210,20 +211,19 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
         throughput = Throughput(timed.step_time.scaled(1e6), built.samples_per_step,
                                 timed.peak_memory_bytes, timed.resident_memory_bytes)
         try:
-            explanation = explainer.explain_built(built, results.machine_model, device,
+            explanation = diagnose.explain_built(built, results.machine_model, device,
                                                   steps=1 if args.quick else 3, throughput=throughput)
         except BaseException:
             conclude.conclude_workload(results, timed)  # placed by its counted intensity, whatever stopped it
             raise
         # Placed by the same kernel-time model that bounds its kernels.
         conclude.conclude_workload(results, timed, sum(k.bound_us or 0.0 for k in explanation.median.kernels))
-        settings = dict(built.params)
     phases["model_explained"] = round(time.monotonic() - started, 2)
     started = time.monotonic()
     folder = out / "explain"
     console.print(f"explained step of {escape(name)}:", highlight=False)
     written, explain_charts = explained.write_explained(
-        explanation, settings, results, folder, echo=lambda text: console.print(text, highlight=False, markup=False),
+        explanation, results, folder, echo=lambda text: console.print(text, highlight=False, markup=False),
         echo_findings=False)  # the run's summary lists them with the rest
     phases["explain_written"] = round(time.monotonic() - started, 2)
     results.findings += explanation.findings

@@ -20,7 +20,7 @@ from pygpuperf.facts import nvml
 from pygpuperf.explain import accesses, attribution, costs, timeline, trace, words
 from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, KernelRecord, Throughput
 from pygpuperf.core.vocabulary import KernelClass
-from pygpuperf.core.results import Finding, MachineModel, Stats
+from pygpuperf.core.results import MachineModel, Stats
 from pygpuperf.core.vocabulary import Part
 
 
@@ -93,10 +93,10 @@ def bytes_from_traced_calls(records: Sequence[KernelRecord], calls: Sequence[Cal
 
 def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
                      throughput: Throughput | None = None, settings: dict[str, str] | None = None) -> Explanation:
-    """Attribute every captured step against `model` (the measured roofline of the same device),
-    with its findings (pygpuperf.explain.findings; `settings`, the workload's params, enable those
-    that depend on a switch). With `throughput`, each step's profiler overhead comes off its idle
-    time (:func:`pygpuperf.explain.timeline.remove_profiler_overhead`)."""
+    """Attribute every captured step against `model` (the measured roofline of the same device). With
+    `throughput`, each step's profiler overhead comes off its idle time
+    (:func:`pygpuperf.explain.timeline.remove_profiler_overhead`). The diagnosis (causes and findings) is
+    :func:`pygpuperf.diagnose.diagnose`'s."""
     explained: list[ExplainedStep] = []
     unknown: dict[str, float] = {}
     for step in captured.steps:
@@ -121,25 +121,18 @@ def explain_captured(captured: trace.CapturedSteps, model: MachineModel,
     walls = [s.timeline.wall_us for s in explained]
     median = explained[walls.index(statistics.median_low(walls))]
     count = len(explained)
-    explanation = Explanation(str(captured.device), explained, median, {op: us / count for op, us in unknown.items()},
-                              throughput, dict(settings or {}), calls=list(captured.calls))
-    from pygpuperf.explain import findings  # findings reads Explanation from here
-
-    explanation.findings = findings.explain_findings(explanation, explanation.settings, model)
-    return explanation
+    return Explanation(str(captured.device), explained, median, {op: us / count for op, us in unknown.items()},
+                       throughput, dict(settings or {}), calls=list(captured.calls))
 
 
-def explain_again(explanation: Explanation, model: MachineModel) -> list[Finding]:
-    """A recorded explanation's median step costed, bounded and explained again on `model` by the current code
-    (as :func:`explain_captured` does a captured one): its bytes, bounds, waterfall, causes and findings."""
-    from pygpuperf.explain import findings
-
+def explain_again(explanation: Explanation, model: MachineModel) -> Explanation:
+    """A recorded explanation's median step costed and bounded again on `model` by the current code (as
+    :func:`explain_captured` does a captured one): its bytes, bounds and waterfall."""
     step = explanation.median
     bytes_from_traced_calls(step.kernels, explanation.calls, card_terms(model).fixed_us)
     attribution.assign_bounds(step.kernels, model, explanation.calls)
     step.waterfall = attribution.waterfall(step.kernels, step.timeline, model, explanation.calls)
-    explanation.findings = findings.explain_findings(explanation, explanation.settings, model)
-    return explanation.findings
+    return explanation
 
 
 def quick_machine_model(device: torch.device | str) -> MachineModel:

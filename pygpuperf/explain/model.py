@@ -190,17 +190,17 @@ class Explanation:
     unknown_ops: dict[str, float] = field(default_factory=dict)  # op -> kernel time (us) with no cost formula
     throughput: Throughput | None = None  # timed without the profiler
     settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
-    findings: list[Finding] = field(default_factory=list)  # pygpuperf.explain.findings, once computed
+    findings: list[Finding] = field(default_factory=list)  # pygpuperf.diagnose.findings, once computed
     calls: list[CallAccesses] = field(default_factory=list)  # the traced step's op calls (KernelRecord.call)
-    causes: Any = None  # pygpuperf.explain.causes.Causes of the median step, once findings are computed
-    fixes: list[Any] = field(default_factory=list)  # pygpuperf.explain.fixes.FixTrial: --try-fixes, measured
-    norm_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.norms.NormTiming: each batch-norm
+    causes: Any = None  # pygpuperf.diagnose.causes.Causes of the median step, once findings are computed
+    fixes: list[Any] = field(default_factory=list)  # pygpuperf.trials.fixes.FixTrial: --try-fixes, measured
+    norm_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.norms.NormTiming: each batch-norm
     # shape of the step timed per dtype (--try-fixes)
-    conv_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.convs.ConvTiming: likewise, each
+    conv_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.convs.ConvTiming: likewise, each
     # convolution shape
-    sum_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.sums.SumTiming: likewise, each sum
-    matmul_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.matmuls.MatmulTiming: each GEMM
-    attention_timings: list[Any] = field(default_factory=list)  # pygpuperf.explain.attention.AttentionTiming
+    sum_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.sums.SumTiming: likewise, each sum
+    matmul_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.matmuls.MatmulTiming: each GEMM
+    attention_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.attention.AttentionTiming
     # --try-fixes: the step at batch 1 without the profiler, a floor under any fix that keeps the host's work
     host_at_batch_one: HostTime | None = None
     # --try-fixes, where the step has no sync of its own: the host's own time per step at the step's batch, each

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
-from pygpuperf.explain import attribution, host_clock, words
+from pygpuperf.explain import attribution, words
+from pygpuperf.trials import host_clock
 from pygpuperf.explain.model import Explanation
 from pygpuperf.report import templating
 from pygpuperf.report.explain_charts import (IDEAL, MEASURED, draw_explain_charts, explain_roofline_svg, kernel_groups,

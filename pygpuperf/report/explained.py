@@ -10,7 +10,9 @@ from typing import Any, Callable
 
 from pygpuperf.core import documents
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import explainer, findings, fixes
+from pygpuperf.explain import explainer
+from pygpuperf.diagnose import findings
+from pygpuperf.trials import fixes
 from pygpuperf.explain.model import Explanation
 from pygpuperf.explain.model import KernelRecord
 from pygpuperf.report.explain_html import ExplainReport, write_explain_report
@@ -32,16 +34,12 @@ def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
     return [json_path, csv_path]
 
 
-def write_explained(explanation: Explanation, settings: dict[str, str], model: MachineModel | Any, out: Path,
+def write_explained(explanation: Explanation, model: MachineModel | Any, out: Path,
                     echo: Callable[[str], None] = print, echo_findings: bool = True) -> ExplainReport:
-    """Find what the step says (pygpuperf.explain.findings) and write everything about it into `out`:
-    explain.json (settings and findings included), kernels.csv, findings.json, waterfall.png/.svg,
-    kernel_roofline.png/.svg and explain.html, with the charts' markup for report.html. `model` is the
-    machine model or the Results holding it; `echo` gets the waterfall (and, with `echo_findings`, the
-    findings) as text."""
-    machine = getattr(model, "machine_model", model)
-    explanation.settings = dict(settings)
-    explanation.findings = findings.explain_findings(explanation, settings, machine)
+    """Write everything about a diagnosed step (:func:`pygpuperf.diagnose.diagnose`) into `out`: explain.json
+    (settings and findings included), kernels.csv, findings.json, waterfall.png/.svg, kernel_roofline.png/.svg
+    and explain.html, with the charts' markup for report.html. `model` is the machine model or the Results
+    holding it; `echo` gets the waterfall (and, with `echo_findings`, the findings) as text."""
     echo("\n".join(explainer.summary_lines(explanation) + fixes.fix_lines(explanation.fixes, explanation)
                    + (findings.finding_lines(explanation.findings) if echo_findings else [])))
     paths = write_outputs(explanation, out)

@@ -14,7 +14,8 @@ from collections import Counter, defaultdict
 from typing import Any, Callable, Mapping, Sequence
 
 from pygpuperf.analyze.conclude import HALF_RATE_RATIO
-from pygpuperf.explain import causes, words
+from pygpuperf.diagnose import causes
+from pygpuperf.explain import words
 from pygpuperf.explain.attribution import category_times, exclusive_times
 from pygpuperf.explain.classify import has_convolutions
 from pygpuperf.explain.model import ExplainedStep, Explanation, fitting_batch

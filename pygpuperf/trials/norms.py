@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from pygpuperf.explain import dtype_timing
+from pygpuperf.trials import dtype_timing
 from pygpuperf.explain.classify import BATCH_NORM_OPS
-from pygpuperf.explain.dtype_timing import DtypeTimes
+from pygpuperf.trials.dtype_timing import DtypeTimes
 from pygpuperf.explain.model import KernelRecord
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 1e-1}  # of the fp32 reference's magnitude

@@ -6,7 +6,7 @@ fp16 and 15.76 ms in bf16 in two training profiles. This times the step's own sh
 stride, padding, dilation, groups, layout), forward and, when training, backward, with the step's library
 settings (algorithm search, TF32), so that an AMP fix's prediction prices each convolution kernel by its
 shape's ratio between dtypes, and a batch fix's by its ratio between batches (see
-:mod:`pygpuperf.explain.dtype_timing`).
+:mod:`pygpuperf.trials.dtype_timing`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from pygpuperf.core import torch_flags
-from pygpuperf.explain import dtype_timing
-from pygpuperf.explain.dtype_timing import DtypeTimes
+from pygpuperf.trials import dtype_timing
+from pygpuperf.trials.dtype_timing import DtypeTimes
 from pygpuperf.explain.model import KernelRecord
 
 # Of the fp32 reference's mean magnitude (the reference runs without TF32; fp32 may run as TF32 here).

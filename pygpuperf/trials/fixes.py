@@ -25,8 +25,9 @@ import torch
 
 from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import (attention, attribution, causes, convs, dtype_timing, explainer, matmuls, norms, queue,
-                               host_clock, resize, sums, words)
+from pygpuperf.trials import attention, convs, dtype_timing, matmuls, norms, host_clock, sums
+from pygpuperf.explain import attribution, explainer, queue, resize, words
+from pygpuperf.diagnose import causes
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import Explanation, HostTime, KernelRecord, Throughput
 from pygpuperf.core.vocabulary import KernelClass

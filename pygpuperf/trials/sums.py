@@ -5,7 +5,7 @@ torch's reduce kernel sums the rows of a tall matrix far from its bandwidth boun
 less than its bytes: in GPT-100M training profiles on an H200 at batch 16 and 32, a bias gradient
 ([16384, 768] → [768], bf16) took 32.0 and 45.3 µs against a bound of 2.7 and 5.4, the step's sums 1.83 →
 2.72 ms; UNet's channel sums went 0.65 → 0.92 ms at twice the batch. Nothing in one profile says how such a
-kernel grows, so the batch fix times each shape at both batches (:mod:`pygpuperf.explain.dtype_timing`).
+kernel grows, so the batch fix times each shape at both batches (:mod:`pygpuperf.trials.dtype_timing`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from pygpuperf.explain import dtype_timing
-from pygpuperf.explain.dtype_timing import DtypeTimes
+from pygpuperf.trials import dtype_timing
+from pygpuperf.trials.dtype_timing import DtypeTimes
 from pygpuperf.explain.model import KernelRecord
 
 SUM_OP = "aten::sum"

@@ -5,8 +5,8 @@ An AMP dtype change can change which kernels a library runs, not just their byte
 through cuDNN in fp32 and fp16 but through its own kernels in bf16, and cuDNN's convolution kernels differ
 by dtype too. A batch change does the same: in fp32 ResNet-50 training profiles on an H200 at batch 256 and
 512, the forward batch norms took 10.41 and 18.95 ms, 1.82x where their bytes doubled. Nothing in one profile says how fast the other dtype's or
-batch's kernels are, so the step's own shapes are timed (:mod:`pygpuperf.explain.norms`,
-:mod:`pygpuperf.explain.convs`) and each kernel of such an op is priced by its shape's ratio. Every result
+batch's kernels are, so the step's own shapes are timed (:mod:`pygpuperf.trials.norms`,
+:mod:`pygpuperf.trials.convs`) and each kernel of such an op is priced by its shape's ratio. Every result
 is checked against an fp32 reference after timing; one that is off, or cannot run, is left out. A timing's
 `us` is keyed by :func:`variant`: the dtype, and the batch's scale where it is not the step's own.
 """

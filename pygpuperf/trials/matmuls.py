@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
-from pygpuperf.explain import dtype_timing, tiles
-from pygpuperf.explain.dtype_timing import DtypeTimes
+from pygpuperf.trials import dtype_timing
+from pygpuperf.explain import tiles
+from pygpuperf.trials.dtype_timing import DtypeTimes
 from pygpuperf.explain.model import KernelRecord
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm")

@@ -84,32 +84,32 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
 
 
 def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanation:
-    from pygpuperf.explain.fixes import trial_from_dict
+    from pygpuperf.trials.fixes import trial_from_dict
 
     explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
     for name, keys in HOST_TIME_KEYS.items():
         setattr(explanation, name, HostTime.from_doc(doc, keys))
     timed = doc.get("batch_norm_timing")
     if timed:
-        from pygpuperf.explain.norms import NormTiming
+        from pygpuperf.trials.norms import NormTiming
 
         # One shape (an object) in documents written before every shape was timed.
         explanation.norm_timings = [NormTiming.from_dict(dict(t)) for t in ([timed] if isinstance(timed, Mapping)
                                                                              else timed)]
     if doc.get("convolution_timing"):
-        from pygpuperf.explain.convs import ConvTiming
+        from pygpuperf.trials.convs import ConvTiming
 
         explanation.conv_timings = [ConvTiming.from_dict(dict(t)) for t in doc["convolution_timing"]]
     if doc.get("sum_timing"):
-        from pygpuperf.explain.sums import SumTiming
+        from pygpuperf.trials.sums import SumTiming
 
         explanation.sum_timings = [SumTiming.from_dict(dict(t)) for t in doc["sum_timing"]]
     if doc.get("matmul_timing"):
-        from pygpuperf.explain.matmuls import MatmulTiming
+        from pygpuperf.trials.matmuls import MatmulTiming
 
         explanation.matmul_timings = [MatmulTiming.from_dict(dict(t)) for t in doc["matmul_timing"]]
     if doc.get("attention_timing"):
-        from pygpuperf.explain.attention import AttentionTiming
+        from pygpuperf.trials.attention import AttentionTiming
 
         explanation.attention_timings = [AttentionTiming.from_dict(dict(t)) for t in doc["attention_timing"]]
     return explanation

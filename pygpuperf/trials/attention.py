@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from pygpuperf.explain import dtype_timing
-from pygpuperf.explain.dtype_timing import DtypeTimes
+from pygpuperf.trials import dtype_timing
+from pygpuperf.trials.dtype_timing import DtypeTimes
 from pygpuperf.explain.model import KernelRecord
 
 
