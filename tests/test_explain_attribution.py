@@ -9,6 +9,7 @@ from pygpuperf.explain import attribution as at
 from pygpuperf.explain.model import Idle, CallAccesses, KernelRecord, Timeline
 from pygpuperf.core.vocabulary import KernelClass, Part
 from pygpuperf.core.results import Ceiling, MachineModel
+from pygpuperf.explain import pricing
 
 
 def _model() -> MachineModel:
@@ -40,34 +41,34 @@ def k(name: str, start: float, duration: float, cls: str, *, flops: float = 0.0,
 def test_bounds_pick_the_ceiling_of_class_and_precision():
     m = _model()
     gemm = k("sm90_xmma_gemm", 0, 25, KernelClass.TENSOR_GEMM, flops=1e9, nbytes=1e6, precision="fp16.acc32")
-    assert at.kernel_bound(gemm, m) == (pytest.approx(10.0), "compute:tensor.fp16.acc32")
+    assert pricing.kernel_bound(gemm, m) == (pytest.approx(10.0), "compute:tensor.fp16.acc32")
     bf16 = k("gemm_bf16", 0, 30, KernelClass.TENSOR_GEMM, flops=1e9, nbytes=1e6, precision="bf16.acc32")
-    assert at.kernel_bound(bf16, m) == (pytest.approx(20.0), "compute:library.bf16")
+    assert pricing.kernel_bound(bf16, m) == (pytest.approx(20.0), "compute:library.bf16")
     elementwise = k("vectorized_elementwise_kernel", 0, 10, KernelClass.MEMORY_BOUND, flops=1e6, nbytes=4e6)
-    assert at.kernel_bound(elementwise, m) == (pytest.approx(4.0), "memory:hbm")
+    assert pricing.kernel_bound(elementwise, m) == (pytest.approx(4.0), "memory:hbm")
     sgemm = k("sgemm_128x64", 0, 150, KernelClass.VECTOR_MATH, flops=1e9, nbytes=1e6, precision="fp32")
-    assert at.kernel_bound(sgemm, m) == (pytest.approx(100.0), "compute:cuda.fp32")
-    assert at.tensor_bound(sgemm, m) == (pytest.approx(20.0), "compute:tensor.tf32.acc32")
+    assert pricing.kernel_bound(sgemm, m) == (pytest.approx(100.0), "compute:cuda.fp32")
+    assert pricing.tensor_bound(sgemm, m) == (pytest.approx(20.0), "compute:tensor.tf32.acc32")
     h2d = k("Memcpy HtoD (Pinned -> Device)", 0, 120, KernelClass.MEMCPY, nbytes=2e6)  # the copy counts 1 MB read and written
-    assert at.kernel_bound(h2d, m) == (pytest.approx(100.0), "links:h2d.pinned")
+    assert pricing.kernel_bound(h2d, m) == (pytest.approx(100.0), "links:h2d.pinned")
     d2d = k("Memcpy DtoD (Device -> Device)", 0, 3, KernelClass.MEMCPY, nbytes=2e6)
-    assert at.kernel_bound(d2d, m) == (pytest.approx(2.0), "memory:hbm")
+    assert pricing.kernel_bound(d2d, m) == (pytest.approx(2.0), "memory:hbm")
     nccl = k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0, 12, KernelClass.COMMUNICATION, nbytes=1e6)
-    assert at.kernel_bound(nccl, m) == (pytest.approx(10.0), "communication:all_reduce")
+    assert pricing.kernel_bound(nccl, m) == (pytest.approx(10.0), "communication:all_reduce")
 
 
 def test_no_bound_without_the_limiting_work_or_for_other_kernels():
     m = _model()
-    assert at.kernel_bound(k("mystery", 0, 5, KernelClass.OTHER, flops=1e9, nbytes=1e9), m) == (None, "")
-    assert at.kernel_bound(k("gemm", 0, 5, KernelClass.TENSOR_GEMM, nbytes=1e6, precision="fp16.acc32"), m) == (None, "")
-    assert at.kernel_bound(k("gemm", 0, 5, KernelClass.TENSOR_GEMM, flops=1e9, precision="fp8.acc32"), m) == (None, "")
-    assert at.kernel_bound(k("ncclDevKernel_SendRecv", 0, 5, KernelClass.COMMUNICATION, nbytes=1e6), m) == (None, "")
+    assert pricing.kernel_bound(k("mystery", 0, 5, KernelClass.OTHER, flops=1e9, nbytes=1e9), m) == (None, "")
+    assert pricing.kernel_bound(k("gemm", 0, 5, KernelClass.TENSOR_GEMM, nbytes=1e6, precision="fp16.acc32"), m) == (None, "")
+    assert pricing.kernel_bound(k("gemm", 0, 5, KernelClass.TENSOR_GEMM, flops=1e9, precision="fp8.acc32"), m) == (None, "")
+    assert pricing.kernel_bound(k("ncclDevKernel_SendRecv", 0, 5, KernelClass.COMMUNICATION, nbytes=1e6), m) == (None, "")
 
 
 def test_precision_falls_back_to_the_record_dtypes():
     gemm = k("gemm", 0, 25, KernelClass.TENSOR_GEMM, flops=1e9)
     gemm.dtypes = ["c10::Half", "c10::Half"]
-    assert at.kernel_bound(gemm, _model())[1] == "compute:tensor.fp16.acc32"
+    assert pricing.kernel_bound(gemm, _model())[1] == "compute:tensor.fp16.acc32"
 
 
 def _step() -> tuple[list[KernelRecord], Timeline]:
@@ -240,14 +241,14 @@ def test_without_a_trace_bytes_up_to_the_l2_size_may_come_from_the_l2():
     m = _model()
     m.capacity["l2"] = Ceiling(2e6, "B", "test", "")
     small = k("vectorized_elementwise_kernel", 0, 1, KernelClass.MEMORY_BOUND, nbytes=1e6)
-    assert at.kernel_bound(small, m) == (pytest.approx(1e6 / 5000e9 * 1e6), "memory:l2")  # 0.2 us at 5 TB/s
+    assert pricing.kernel_bound(small, m) == (pytest.approx(1e6 / 5000e9 * 1e6), "memory:l2")  # 0.2 us at 5 TB/s
     big = k("vectorized_elementwise_kernel", 0, 10, KernelClass.MEMORY_BOUND, nbytes=10e6)
-    bound, ceiling = at.kernel_bound(big, m)
+    bound, ceiling = pricing.kernel_bound(big, m)
     # 8 MB reach main memory, all 10 MB pass through the L2: the slower level sets the time.
     assert ceiling == "memory:hbm" and bound == pytest.approx(8e6 / 1000e9 * 1e6)  # 8 us
     # Without a known L2 size the bound stays with main memory.
     del m.capacity["l2"]
-    assert at.kernel_bound(small, m) == (pytest.approx(1.0), "memory:hbm")
+    assert pricing.kernel_bound(small, m) == (pytest.approx(1.0), "memory:hbm")
 
 
 def test_with_a_trace_first_touch_bytes_come_from_main_memory_whatever_their_size():
@@ -259,16 +260,16 @@ def test_with_a_trace_first_touch_bytes_come_from_main_memory_whatever_their_siz
     gemv.call = 0
     add = k("add", 30, 1, KernelClass.MEMORY_BOUND, nbytes=16_000)
     add.call = 1
-    shares = at.reuse_shares([weights, reread], m, bound=False)
+    shares = pricing.reuse_shares([weights, reread], m, bound=False)
     # 25 MB "fit" the 60 MB L2, but nothing was resident: HBM, 25 us at 1 TB/s (and its write after them)
-    assert at.kernel_bound(gemv, m, shares) == (pytest.approx(25.008), "memory:hbm")
-    assert at.kernel_bound(gemv, m) == (pytest.approx(25.008e6 / 5000e9 * 1e6), "memory:l2")  # the size rule
+    assert pricing.kernel_bound(gemv, m, shares) == (pytest.approx(25.008), "memory:hbm")
+    assert pricing.kernel_bound(gemv, m) == (pytest.approx(25.008e6 / 5000e9 * 1e6), "memory:l2")  # the size rule
     # the activation just written is read from the L2; only the write reaches HBM
-    assert at.kernel_bound(add, m, shares) == (pytest.approx(8_000 / 1000e9 * 1e6), "memory:hbm")
+    assert pricing.kernel_bound(add, m, shares) == (pytest.approx(8_000 / 1000e9 * 1e6), "memory:hbm")
     # the bound lets small writes stay in the L2: only the weights' first touch reaches HBM
-    bound = at.reuse_shares([weights, reread], m)
-    assert at.kernel_bound(gemv, m, bound) == (pytest.approx(25.0), "memory:hbm")
-    assert at.kernel_bound(add, m, bound) == (pytest.approx(16_000 / 5000e9 * 1e6), "memory:l2")
+    bound = pricing.reuse_shares([weights, reread], m)
+    assert pricing.kernel_bound(gemv, m, bound) == (pytest.approx(25.0), "memory:hbm")
+    assert pricing.kernel_bound(add, m, bound) == (pytest.approx(16_000 / 5000e9 * 1e6), "memory:l2")
 
 
 def test_a_helper_kernel_that_runs_for_the_fixed_cost_alone_takes_no_share_of_the_work():
@@ -291,8 +292,8 @@ def test_bounds_use_a_fixed_cost_no_longer_than_the_shortest_kernel_of_the_step(
     m.latency[FIXED_KEY] = Ceiling(3000.0, "ns", "latency.kernel.duration", "test")
     fast = k("vectorized_elementwise_kernel", 0, 2.0, KernelClass.MEMORY_BOUND, nbytes=1e3)
     slow = k("vectorized_elementwise_kernel", 5, 40.0, KernelClass.MEMORY_BOUND, nbytes=1e3)
-    assert at.bound_terms([fast, slow], m).fixed_us == pytest.approx(2.0)
-    assert at.bound_terms([slow], m).fixed_us == pytest.approx(3.0)
+    assert pricing.bound_terms([fast, slow], m).fixed_us == pytest.approx(2.0)
+    assert pricing.bound_terms([slow], m).fixed_us == pytest.approx(3.0)
     at.assign_bounds([fast, slow], m)
     assert fast.bound_us == pytest.approx(2.001)  # the 3 us probe figure would put it 50 % over its time
     assert at.self_check([fast, slow]) == []

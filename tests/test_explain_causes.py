@@ -10,6 +10,7 @@ from pygpuperf.explain import attribution, costs, explainer
 from pygpuperf.diagnose import causes, findings
 from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Timeline,
                                      Waterfall)
+from pygpuperf.explain.pricing import Pricing, kernel_bound, kernel_timing
 
 
 def gpu_model() -> MachineModel:
@@ -269,7 +270,7 @@ def test_channels_last_prices_nchw_batch_norms_at_the_steps_own_streaming_effici
                k("memory_bound", 12.5, "aten::add_", "fp16", nbytes=47e6, module="layer1")]
     e = explanation(records)
     findings.explain_findings(e, {"memory_format": "nchw"}, gpu_model())
-    bn, add = (attribution.kernel_bound(e.median.kernels[i], gpu_model())[0] for i in (2, 3))
+    bn, add = (kernel_bound(e.median.kernels[i], gpu_model())[0] for i in (2, 3))
     efficiency = add / 12.5
     cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
     assert 0.5 < efficiency < 1 and cause.evidence["streaming_efficiency"] == pytest.approx(efficiency, abs=1e-3)
@@ -281,7 +282,7 @@ def test_channels_last_prices_nchw_batch_norms_at_the_steps_own_streaming_effici
                   phase="backward")]
     e = explanation(records)
     findings.explain_findings(e, {"memory_format": "nchw"}, gpu_model())
-    forward, backward = (attribution.kernel_bound(e.median.kernels[i], gpu_model())[0] for i in (2, 4))
+    forward, backward = (kernel_bound(e.median.kernels[i], gpu_model())[0] for i in (2, 4))
     cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
     assert cause.fix.saves_us == pytest.approx(
         50 + (50 - 1.5 * forward / efficiency) + (80 - 5 / 3 * backward / efficiency), rel=1e-3)
@@ -298,7 +299,7 @@ def test_amp_halves_activation_traffic_outside_autocasts_fp32_list_and_not_for_a
                k("memory_bound", 12.5, "aten::_foreach_add_", "fp32", nbytes=47e6, phase="optimizer")]
     e = explanation(records)
     findings.explain_findings(e, {"amp": "none"}, m)
-    timing = attribution.kernel_timing(e.median.kernels[1], m)
+    timing = kernel_timing(e.median.kernels[1], m)
     cause = next(c for c in e.causes.items if c.id == "precision.bf16_unused")
     traffic = cause.evidence["activation_traffic_saving_us"]
     # Only the add halves its bytes (keeping its residual): layer norm runs in fp32 under autocast, the batch
@@ -331,7 +332,7 @@ def test_a_fused_optimizer_is_priced_as_one_pass_over_the_storages_the_update_to
     model = gpu_model()
     explanation(records, calls=calls)  # lays the kernels end to end
     exclusive = attribution.exclusive_times(records)
-    pricing = attribution.Pricing.bound(records, calls, model)
+    pricing = Pricing.bound(records, calls, model)
     saves, evidence = causes._fused_optimizer_saving(records, exclusive, calls, pricing)
     assert evidence["fused_traffic_bytes"] == 5 * mb
     # the update's kernels run at 800 MB / 4700 GB/s over 600 us; the fused one at the same efficiency

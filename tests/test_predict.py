@@ -14,7 +14,8 @@ from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.vocabulary import KernelClass
-from pygpuperf.predict import predict, predict_batch, runs_as
+from pygpuperf.explain.pricing import runs_as
+from pygpuperf.predict import predict, predict_batch
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
 
 

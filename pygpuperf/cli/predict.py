@@ -18,7 +18,8 @@ from pygpuperf.core.errors import UsageError
 from pygpuperf.compare.explained import load_explanation
 from pygpuperf.explain.model import Explanation
 from pygpuperf.analyze.machine_model import LoadedModel, load_model
-from pygpuperf.predict import (RESIDUALS, Prediction, _unprofiled_step_us, predict, prediction_documents,
+from pygpuperf.explain.pricing import RESIDUALS
+from pygpuperf.predict import (Prediction, _unprofiled_step_us, predict, prediction_documents,
                                samples_per_eur, validate, validation_table)
 
 

@@ -8,7 +8,7 @@ depends on what the step contains: channels_last only where convolutions run, CU
 tensor cores only on a GPU, SIMD, cores and framework time on a CPU.
 
 A fix's prediction re-prices the kernels it touches with the same kernel-time model the waterfall
-uses (:func:`pygpuperf.explain.attribution.kernel_timing`), keeping each kernel's measured residual
+uses (:func:`pygpuperf.explain.kernel_timing`), keeping each kernel's measured residual
 above its model time (as pygpuperf.predict does), or removes time the fix does away with (layout
 copies, launch gaps, a fused chain's intermediate traffic and fixed costs).
 """
@@ -28,6 +28,7 @@ from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convoluti
 from pygpuperf.explain.model import CallAccesses, Idle, KernelRecord, Timeline
 from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.core.vocabulary import Part
+from pygpuperf.explain.pricing import Pricing, kernel_timing
 
 # Parts the causes split (the rest of the waterfall names its cause already: no bound, copies, communication).
 SPLIT_PARTS = (Part.FIXED, Part.TENSOR, Part.MEMORY, Part.FALLBACK, Part.LAYOUT, Part.IDLE_HOST, Part.IDLE_LAUNCH, Part.IDLE_SYNC)
@@ -240,7 +241,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     gpu = kind == words.GPU
     wall = timeline.wall_us
     exclusive = attribution.exclusive_times(records)
-    pricing = attribution.Pricing.bound(records, calls, model)
+    pricing = Pricing.bound(records, calls, model)
     terms = pricing.terms
     parts = attribution.kernel_parts(records, model, shares=pricing.shares, terms=terms, exclusive=exclusive)
     units = card_terms(model).units
@@ -395,7 +396,7 @@ def _modules(records: Sequence[KernelRecord], idx: Sequence[int]) -> list[str]:
     return seen[:5]
 
 
-def bf16_saving(record: KernelRecord, exclusive_us: float, pricing: attribution.Pricing) -> float:
+def bf16_saving(record: KernelRecord, exclusive_us: float, pricing: Pricing) -> float:
     """Step time an FP32/TF32 GEMM or convolution saves as bf16 matrix math on the card's matrix units, as
     the kernel model prices it (0 for other kernels, and where it would not be faster)."""
     r = record
@@ -424,7 +425,7 @@ _AUTOCAST_FP32_FORWARD = frozenset(("sum", "mean", "prod"))
 
 
 def _amp_traffic_saving(records: Sequence[KernelRecord], exclusive: Sequence[float],
-                        parts: Sequence[attribution.KernelPart], pricing: attribution.Pricing) -> float:
+                        parts: Sequence[attribution.KernelPart], pricing: Pricing) -> float:
     """What AMP saves on memory-bound kernels: activations in bf16 halve the bytes of every fp32 forward and
     backward kernel outside autocast's fp32 list (the optimizer keeps fp32 master weights). A kernel far below
     the bandwidth efficiency of the step's elementwise kernels is held by its access pattern, not its bytes
@@ -487,7 +488,7 @@ def _nchw_norm_saving(records: Sequence[KernelRecord], exclusive: Sequence[float
 
 
 def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence[float], calls: Sequence[CallAccesses],
-                            pricing: attribution.Pricing) -> tuple[float, dict[str, Any]]:
+                            pricing: Pricing) -> tuple[float, dict[str, Any]]:
     """What one fused optimizer kernel buys over the step's per-op (foreach or per-tensor) update: it reads
     each parameter, gradient and state once and writes each once (the storages the update's traced calls
     read before writing them; what the update creates and reads back, a fused kernel keeps in registers),
@@ -498,7 +499,7 @@ def _fused_optimizer_saving(records: Sequence[KernelRecord], exclusive: Sequence
     if not read and not written:
         return 0.0, {}
     traffic = float(sum(read.values()) + sum(b for s, b in written.items() if s not in created))
-    timed = [(i, t) for i in idx if (t := attribution.kernel_timing(records[i], pricing.model, pricing.shares,
+    timed = [(i, t) for i in idx if (t := kernel_timing(records[i], pricing.model, pricing.shares,
                                                                      pricing.terms)) is not None]
     spent = sum(records[i].duration_us for i, _ in timed)
     bounded = sum(t.total_us for _, t in timed)
@@ -542,7 +543,7 @@ def _fix(name: str, what: str, saves: float, wall: float, knobs: dict[str, str] 
 
 
 def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Sequence[KernelRecord],
-              exclusive: Sequence[float], parts: Sequence[attribution.KernelPart], pricing: attribution.Pricing,
+              exclusive: Sequence[float], parts: Sequence[attribution.KernelPart], pricing: Pricing,
               settings: Mapping[str, Any], kind: str, convolutions: bool, chains: list[tuple[list[int], float]],
               chain_of: dict[int, int], ev: dict[str, Any], units: int | None) -> Cause | None:
     gpu = kind == words.GPU

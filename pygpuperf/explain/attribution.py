@@ -15,16 +15,13 @@ one stream a kernel's exclusive time is its duration.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
-from pygpuperf.analyze.kernel_time import (COLLECTIVE, LINK, MATRIX, MEMORY, VECTOR, CardTerms, KernelTime,
-                                            KernelWork, card_terms, kernel_time, reuse_traffic)
-from pygpuperf.core.precision import precision_of
+from pygpuperf.analyze.kernel_time import (CardTerms, KernelTime)
 from pygpuperf.core.results import MachineModel
-from pygpuperf.explain import resize, tiles
+from pygpuperf.explain.pricing import MATH_CLASSES, bound_terms, kernel_timing, reuse_shares, tensor_bound
 from pygpuperf.explain.model import CallAccesses, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.vocabulary import KernelClass
 
@@ -39,169 +36,6 @@ SELF_CHECK_MARGIN = 1.05
 
 _PART_OF_CLASS = {KernelClass.TENSOR_GEMM: Part.TENSOR, KernelClass.MEMORY_BOUND: Part.MEMORY, KernelClass.VECTOR_MATH: Part.FALLBACK,
                   KernelClass.MEMCPY: Part.MEMCPY, KernelClass.COMMUNICATION: Part.COMMUNICATION}
-_MATH = (KernelClass.TENSOR_GEMM, KernelClass.VECTOR_MATH)
-# Collective kernels (NCCL names, lower case, no underscores) -> MachineModel.communication keys.
-_COLLECTIVES = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
-                ("broadcast", "broadcast"))
-
-
-# --------------------------------------------------------------------------- bounds
-
-
-def _precision(record: KernelRecord) -> str:
-    """The record's precision, or the one its first floating-point input dtype holds."""
-    if record.precision:
-        return record.precision
-    return next((p for d in record.dtypes if isinstance(d, str) and (p := precision_of(d))), "")
-
-
-def _link_key(name: str, model: MachineModel) -> str | None:
-    """The link ceiling of a host copy ('Memcpy HtoD (Pinned -> Device)'); pinned stands in for an unmeasured
-    pageable figure, since it is the faster of the two and the bound must stay a lower limit."""
-    direction = "h2d" if "HtoD" in name else "d2h" if "DtoH" in name else None
-    if direction is None:
-        return None
-    memory = "pageable" if "Pageable" in name else "pinned"
-    for key in (f"{direction}.{memory}", f"{direction}.pinned"):
-        if key in model.links:
-            return key
-    return None
-
-
-def _collective_key(name: str) -> str | None:
-    flat = name.lower().replace("_", "")
-    return next((key for token, key in _COLLECTIVES if token in flat), None)
-
-
-def kernel_work(record: KernelRecord, model: MachineModel, shares: Mapping[str, float] | None = None
-                ) -> KernelWork | None:
-    """What the kernel-time model prices of a record: its class as a kind, its work, where its bytes come
-    from (`shares`, from :func:`reuse_shares`) and its output tiles; None when its limiting work is unknown
-    (no FLOPs for a math class, no bytes for the others, class "other")."""
-    cls = record.kernel_class
-    precision = _precision(record)
-    if cls in _MATH:
-        if record.flops <= 0:
-            return None
-        kind = MATRIX if cls == KernelClass.TENSOR_GEMM else VECTOR
-        return KernelWork(kind, precision, record.flops, record.bytes, shares, tiles=tiles.output_tiles(record))
-    if cls in (KernelClass.MEMORY_BOUND, KernelClass.LAYOUT):
-        return KernelWork(MEMORY, "fp32", record.flops, record.bytes, shares) if record.bytes > 0 else None
-    if cls == KernelClass.MEMCPY:
-        if record.bytes <= 0:
-            return None
-        link = _link_key(record.name, model)
-        if link:
-            return KernelWork(LINK, bytes=record.bytes, channel=link, fixed=False)
-        return KernelWork(MEMORY, "fp32", 0.0, record.bytes, shares, fixed=False)
-    if cls == KernelClass.COMMUNICATION:
-        key = _collective_key(record.name)
-        return KernelWork(COLLECTIVE, bytes=record.bytes, channel=key) if key and record.bytes > 0 else None
-    return None
-
-
-def reuse_shares(calls: Sequence[CallAccesses], model: MachineModel, bound: bool = True) -> dict[int, dict[str, float]]:
-    """Each traced call's share of bytes by the level that serves them (kernel_time.reuse_traffic over the
-    calls in issue order, against the model's caches that have a size and a bandwidth). `bound` lets a
-    call's writes stay in a cache that holds all it touches (a lower limit); False sends every write to
-    main memory, where it ends up: the traffic a time prediction and the hardware counters see."""
-    main = model.dram_key()
-    if not calls or main is None:
-        return {}
-    caches = [(level, capacity) for level, capacity in card_terms(model).caches if level in model.memory]
-    traffic = reuse_traffic([c.accesses for c in calls], caches, main, writes_stay_cached=bound)
-    return {c.index: t.shares() for c, t in zip(calls, traffic)}
-
-
-def kernel_timing(record: KernelRecord, model: MachineModel, shares: Mapping[int, Mapping[str, float]] | None = None,
-                  terms: CardTerms | None = None) -> KernelTime | None:
-    """The record priced by the kernel-time model on `model` (None: nothing to price, see :func:`kernel_work`)."""
-    share = shares.get(record.call) if shares is not None and record.call is not None else None
-    work = kernel_work(record, model, share)
-    if work is None:
-        return None
-    timing = kernel_time(work, model, terms)
-    return timing if timing.work_us > 0 else None
-
-
-def kernel_bound(record: KernelRecord, model: MachineModel, shares: Mapping[int, Mapping[str, float]] | None = None,
-                 terms: CardTerms | None = None) -> tuple[float | None, str]:
-    """(lower bound in µs, the ceiling that set its work term as "table:key") of one kernel: the kernel-time
-    model's fixed cost plus the larger of its compute and memory terms (:mod:`pygpuperf.analyze.kernel_time`).
-
-    The ceilings by class: tensor_gemm the matrix ceiling of its precision with the wave efficiency of its
-    tiles; vector_math the vector ceiling of its dtype (with its tiles' wave efficiency where it is a tiled
-    GEMM); memory_bound and layout the memory hierarchy for bytes
-    (each level's traffic from the traced reuse, `shares`; without them, the last-level cache for what fits
-    it) and the fp32 vector ceiling for FLOPs; memcpy_memset the same, or the link for a host copy, whose
-    payload is half the copy's bytes (the copy counts it read and written); communication the collective's
-    ceiling, with bytes as nccl-tests' bus bytes (:func:`pygpuperf.explain.costs.collective_cost`).
-
-    No bound (None, ""): class "other", a kernel whose limiting work is unknown, or a model without the ceiling.
-    """
-    timing = kernel_timing(record, model, shares, terms)
-    return (timing.total_us, timing.ceiling) if timing is not None else (None, "")
-
-
-def tensor_bound(record: KernelRecord, model: MachineModel, shares: Mapping[int, Mapping[str, float]] | None = None,
-                 terms: CardTerms | None = None) -> tuple[float | None, str]:
-    """The bound a vector_math kernel would have on the matrix units of its dtype (fp32 as tf32): what the
-    waterfall's ideal holds it to. Its own bound where its dtype has no matrix ceiling."""
-    if record.kernel_class != KernelClass.VECTOR_MATH or record.flops <= 0 or model.matrix_ceiling(_precision(record) or "fp32") is None:
-        return kernel_bound(record, model, shares, terms)
-    as_matrix = dataclasses.replace(record, kernel_class=KernelClass.TENSOR_GEMM, precision=_precision(record) or "fp32")
-    return kernel_bound(as_matrix, model, shares, terms)
-
-
-def bound_terms(records: Sequence[KernelRecord], model: MachineModel) -> CardTerms:
-    """The model's terms for lower bounds on this step: the fixed cost per kernel no higher than the shortest
-    kernel the step ran (the probe's figure is a typical tiny kernel; some run shorter)."""
-    terms = card_terms(model)
-    shortest = min((r.duration_us for r in records if r.kernel_class != KernelClass.MEMCPY and r.duration_us > 0), default=None)
-    if shortest is not None and shortest < terms.fixed_us:
-        return dataclasses.replace(terms, fixed_us=shortest)
-    return terms
-
-
-@dataclass(frozen=True)
-class Pricing:
-    """A step's kernels priced on one machine model: its kernel-time terms and each traced call's reuse shares
-    (:func:`reuse_shares`). Two kinds: a lower bound (:meth:`bound`: writes may stay in a cache that holds
-    what a call touches, the fixed cost no higher than the step's shortest kernel), what a step's kernels are
-    explained against; and a time prediction (:meth:`predicting`: every write reaches main memory, the card's
-    own terms), what predict prices a step on another card with."""
-
-    model: MachineModel
-    terms: CardTerms
-    shares: dict[int, dict[str, float]]
-
-    @staticmethod
-    def bound(records: Sequence[KernelRecord], calls: Sequence[CallAccesses], model: MachineModel) -> "Pricing":
-        return Pricing(model, bound_terms(records, model), reuse_shares(calls, model))
-
-    @staticmethod
-    def predicting(model: MachineModel, calls: Sequence[CallAccesses], reference: MachineModel | None = None
-                   ) -> "Pricing":
-        return Pricing(model, card_terms(model, reference), reuse_shares(calls, model, bound=False))
-
-    def timing(self, record: KernelRecord) -> KernelTime | None:
-        return kernel_timing(record, self.model, self.shares, self.terms)
-
-    def reprice(self, record: KernelRecord, changed: KernelRecord, cap: bool = True, resized: bool = False) -> float:
-        """The record's duration once it runs as `changed`: the model's new time times its measured residual.
-        `resized` (the same kernel on more or less data): the kernel keeps its ramp and its speed
-        (:func:`resize.resized_us`); otherwise a changed kernel is never priced below its new bound."""
-        before, after = self.timing(record), self.timing(changed)
-        if before is None or after is None or before.work_us <= 0 or record.duration_us <= 0:
-            return record.duration_us * (changed.bytes / record.bytes if not cap and record.bytes > 0 else 1.0)
-        if resized:
-            new = resize.resized_us(record, before, after, self.terms.stream_t0_us)
-        else:
-            residual = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
-            new = after.fixed_us + after.work_us * max(residual, 1.0)
-        return min(record.duration_us, new) if cap else new
-
-
 def assign_bounds(records: Sequence[KernelRecord], model: MachineModel,
                   calls: Sequence[CallAccesses] = ()) -> list[KernelRecord]:
     """Set bound_us, fixed_us and ceiling of every record (in place) from :func:`kernel_bound`, with the
@@ -271,7 +105,7 @@ def distribute_op_costs(records: Sequence[KernelRecord],
         if len(group) < 2:
             continue
         flops, nbytes = group[0].flops, group[0].bytes
-        math_kernels = [r for r in group if r.kernel_class in _MATH] or group
+        math_kernels = [r for r in group if r.kernel_class in MATH_CLASSES] or group
         for r in group:
             r.flops = 0.0
         _split(math_kernels, flops, "flops", fixed_us)

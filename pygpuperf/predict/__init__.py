@@ -1,7 +1,7 @@
 """Predict a profiled step's speed on another card or at another batch size, kernel by kernel, and say why.
 
 Every kernel of an explained step (:mod:`pygpuperf.explain`) is priced twice by the one kernel-time
-model (:mod:`pygpuperf.analyze.kernel_time`, through :func:`pygpuperf.explain.attribution.kernel_timing`):
+model (:mod:`pygpuperf.analyze.kernel_time`, through :func:`pygpuperf.explain.pricing.kernel_timing`):
 on the machine it was profiled on and on the target, each with its own terms (fixed cost per kernel,
 ceilings per precision through the precision table and its fallbacks, bandwidths, L2 capacity for the
 reuse estimate, multiprocessors for waves). What the profile measured beyond the model, the kernel's
@@ -25,7 +25,7 @@ unless the host's own time per step is given, in which case the step is the long
 device's.
 
 At another batch size (``batch_size``, or the largest that fits the target's memory) the kernels are
-resized as --try-fixes' batch fix resizes them (:mod:`pygpuperf.explain.resize`): the forward and
+resized as --try-fixes' batch fix resizes them (:mod:`pygpuperf.explain.pricing`): the forward and
 backward kernels' FLOPs scale with the batch, their bytes do except those of the model's parameters,
 buffers and gradients (the traced accesses say which), their output tiles are those of the op at the
 new batch, and each keeps its ramp and the split of its bytes between the memory levels it had.
@@ -43,7 +43,6 @@ Usage:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -52,13 +51,10 @@ from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze import machine_model
 from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
-from pygpuperf.analyze.kernel_time import clock_ratio
-from pygpuperf.explain import attribution, resize, timeline
+from pygpuperf.explain import attribution, pricing, timeline
 from pygpuperf.core.vocabulary import Part
 from pygpuperf.explain.model import Explanation, fitting_batch
-from pygpuperf.explain.model import KernelRecord
 from pygpuperf.core.vocabulary import KernelClass
-from pygpuperf.core.precision import bytes_of, dtype_of, fallbacks
 from pygpuperf.core.results import MachineModel
 
 DEFAULT_SAMPLES_PER_STEP = 256
@@ -118,72 +114,6 @@ class Prediction:
 
 
 # --------------------------------------------------------------------------- per kernel
-
-def runs_as(precision: str, target: MachineModel) -> tuple[str, str | None]:
-    """(precision the target runs a kernel in, or the same one; a sentence when it had to change),
-    down the precision table's fallbacks (pygpuperf.core.precision): bf16 on a card without bf16
-    (V100, Turing) runs as fp16, TF32 before Ampere as plain fp32 on the vector units, fp8 and int8
-    where absent as fp16, any of them as fp32 when the card has no fp16 figure at all."""
-    dtype = dtype_of(precision) if precision else ""
-    if target.supports(dtype):
-        return precision, None
-    for substitute in fallbacks(dtype):
-        if target.supports(substitute):
-            accumulate = precision.split(".", 1)[1] if "." in precision else ""
-            new = substitute if substitute == "fp32" or not accumulate else f"{substitute}.{accumulate}"
-            return new, f"{dtype} is not supported: runs as {substitute}"
-    return precision, None
-
-
-def _on_target(record: KernelRecord, target: MachineModel) -> tuple[KernelRecord, str | None]:
-    """The record as the target runs it: in a substitute dtype (bytes re-counted) where it lacks the original."""
-    precision = attribution._precision(record)
-    new_precision, note = runs_as(precision, target)
-    if new_precision == precision:
-        return record, None
-    cls = record.kernel_class
-    if cls == KernelClass.TENSOR_GEMM and target.matrix_ceiling(new_precision) is None:
-        # No tensor-core figure for what it runs as (fp32 before Ampere): the GEMM lands on the vector units.
-        cls = KernelClass.VECTOR_MATH
-        note = f"{note} on the vector units"
-    return dataclasses.replace(record, precision=new_precision, kernel_class=cls,
-                               bytes=record.bytes * bytes_of(new_precision) / bytes_of(precision)), note
-
-
-@dataclass
-class _KernelPrice:
-    time_us: float
-    carried_us: float  # the part the source's residual carries beyond the model's own terms
-    note: str | None
-
-
-RESIDUALS = ("proportional", "latency")  # how the source's excess over the model reaches the target
-
-
-def _price(record: KernelRecord, source: attribution.Pricing, target: attribution.Pricing, batch: resize.AtBatch,
-           residual_mode: str = "proportional") -> _KernelPrice:
-    """The kernel's time on the target at `batch.scale` times the batch (see the module's formula)."""
-    scale = batch.scale
-    grows = record.phase in resize.GROWS_WITH_BATCH
-    before = source.timing(record)
-    if before is None or record.duration_us <= 0:
-        return _KernelPrice(record.duration_us * (scale if grows else 1.0), 0.0, "kernels with no bound keep their time")
-    on_target, note = _on_target(batch.kernel(record), target.model)
-    after = target.timing(on_target)
-    if after is None:
-        return _KernelPrice(record.duration_us, 0.0,
-                            f"{record.kernel_class} kernels the target model has no ceiling for keep their time")
-    if residual_mode == "latency":
-        excess = max(record.duration_us - before.fixed_us - before.work_us, 0.0) * (scale if grows else 1.0)
-        excess *= clock_ratio(source.model, target.model)
-        return _KernelPrice(after.fixed_us + after.work_us + excess, excess, note)
-    if grows and scale != 1:  # a resized kernel keeps its ramp (resize.resized_us)
-        time = resize.resized_us(record, before, after, source.terms.stream_t0_us, batch.ramp_scale)
-        return _KernelPrice(time, max(time - after.fixed_us - after.work_us, 0.0), note)
-    residual = before.residual(record.duration_us)
-    time = after.fixed_us + after.work_us * residual
-    return _KernelPrice(time, after.work_us * max(residual - 1.0, 0.0), note)
-
 
 # --------------------------------------------------------------------------- the step
 
@@ -249,10 +179,10 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     step = profile.median
     records = step.kernels
     calls = profile.calls
-    source_side = attribution.Pricing.predicting(source, calls)
+    source_side = pricing.Pricing.predicting(source, calls)
     # each kernel keeps its bytes' split between the levels
-    target_side = attribution.Pricing.predicting(target, calls, source)
-    at_batch = resize.AtBatch.of(records, calls, scale, source_side.terms, target_side.terms)
+    target_side = pricing.Pricing.predicting(target, calls, source)
+    at_batch = pricing.AtBatch.of(records, calls, scale, source_side.terms, target_side.terms)
     notes: dict[str, int] = {}
     substituted = False
     carried = 0.0
@@ -260,7 +190,7 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     target_cat = dict.fromkeys(tuple(KernelClass), 0.0)
     for record, share in zip(records, attribution.exclusive_times(records)):
         cls = record.kernel_class if record.kernel_class in tuple(KernelClass) else KernelClass.OTHER
-        price = _price(record, source_side, target_side, at_batch, residual)
+        price = pricing.price_on_target(record, source_side, target_side, at_batch, residual)
         factor = price.time_us / record.duration_us if record.duration_us > 0 else 1.0
         source_cat[cls] += share
         target_cat[cls] += share * factor

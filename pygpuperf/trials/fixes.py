@@ -26,7 +26,8 @@ import torch
 from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
 from pygpuperf.trials import attention, convs, dtype_timing, matmuls, norms, host_clock, sums
-from pygpuperf.explain import attribution, explainer, queue, resize, words
+from pygpuperf.explain import attribution, explainer, queue, words
+from pygpuperf.explain.pricing import GROWS_WITH_BATCH, AtBatch, Pricing
 from pygpuperf.diagnose import causes
 from pygpuperf.explain.classify import MATMUL_OPS
 from pygpuperf.explain.model import Explanation, HostTime, KernelRecord, Throughput
@@ -172,8 +173,8 @@ class _Priced:
         return self.explanation.median.kernels
 
     @functools.cached_property
-    def pricing(self) -> attribution.Pricing:
-        return attribution.Pricing.bound(self.records, self.explanation.calls, self.model)
+    def pricing(self) -> Pricing:
+        return Pricing.bound(self.records, self.explanation.calls, self.model)
 
 
 def _deltas_by(step: _Priced, change: Callable[[KernelRecord], KernelRecord | None],
@@ -196,17 +197,17 @@ def _timed_deltas(step: _Priced, ratio: Ratio) -> list[float]:
 
 def _batch_deltas(step: _Priced, scale: float) -> list[float]:
     """Each kernel's change at `scale` times the batch: forward and backward kernels resized as
-    :mod:`pygpuperf.explain.resize` says (predict's batch predictions resize them the same way), except those
+    :mod:`pygpuperf.explain.pricing` says (predict's batch predictions resize them the same way), except those
     of a batch norm, convolution, sum, matrix product or attention whose shape was timed at both batches on the device,
     which take their timing's ratio; the rest stay as measured."""
-    batch = resize.AtBatch.of(step.records, step.explanation.calls, scale)
+    batch = AtBatch.of(step.records, step.explanation.calls, scale)
     families = [ratio for _, _, ratio in _timed_variant(step.explanation, scale)]
     timed = _first_ratio(families) if families else None
 
     def grown(r: KernelRecord) -> float | None:
-        return timed(r) if timed is not None and r.phase in resize.GROWS_WITH_BATCH else None
+        return timed(r) if timed is not None and r.phase in GROWS_WITH_BATCH else None
 
-    deltas = _deltas_by(step, lambda r: batch.kernel(r) if r.phase in resize.GROWS_WITH_BATCH
+    deltas = _deltas_by(step, lambda r: batch.kernel(r) if r.phase in GROWS_WITH_BATCH
                         and grown(r) is None else None, resized=True)
     return [a + b for a, b in zip(deltas, _timed_deltas(step, grown))] if timed is not None else deltas
 
