@@ -2,10 +2,10 @@
 
     python benchmarks/fix_table.py OUT.json EXPLAIN.json [...] [--machine-model RESULTS.json]
 
-EXPLAIN.json files are taken in the order given: a fix a later run measured on the same configuration
-replaces an earlier run's row for it; where one run measured it more than once, the worse row stands. A fix
-measured in more than one run is listed with each run's change and error, one line counts the fixes
-within 25 % in every run that timed them in window pairs, and one the paired measurements within 25 %.
+EXPLAIN.json files (plain or gzip-compressed) are taken in the order given: a fix a later run measured on the
+same configuration replaces an earlier run's row for it; where one run measured it more than once, the worse
+row stands. A fix measured in more than one run is listed with each run's change and error, one line counts
+the fixes within 25 % in every run that timed them in window pairs, and one the paired measurements within 25 %.
 
 A fix's error is |predicted - measured| step time as a share of the measured change (baseline -
 measured); the goal is at most 25 %. Fixes measured at another batch are compared per sample. A fix timed
@@ -19,7 +19,9 @@ step at the clock's pace moved by the two sides' clock ratio); where the host's 
 windows, its prediction is the one at that pace; where reduce-overhead ran without CUDA graphs, the compiled
 step's alone. A change within the noise is "no measurable change": a prediction then counts as right when it
 is as close to the measurement as the noise. With --machine-model the predictions are made again from each
-recorded profile by the current kernel model (the measurements are as recorded).
+recorded profile by the current kernel model (the measurements are as recorded). The last line also counts the
+fixes whose change is at least three times its noise, and those of them within 10 % and 25 %.
+benchmarks/tables.py builds the documented table with :func:`fix_table` and :func:`summary`.
 """
 
 from __future__ import annotations
@@ -31,23 +33,34 @@ import math
 import re
 import statistics
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple, Sequence
 
+from pygpuperf import diagnose
 from pygpuperf.core import documents
-from pygpuperf.explain import explainer, fixes
-from pygpuperf.explain.compare import load_explanation
+from pygpuperf.trials import fixes
 from pygpuperf.workloads import WORKLOADS
 
+from reference import configuration_of, indexed, load_profile, read_json
 
 AtClock = Callable[[float, float, float], float]  # (prediction, given MHz, fixed MHz) -> the prediction moved
+# A fix counts as clearly measured where its change is at least this many times its noise.
+CLEAR_CHANGE = 3.0
+
+
+class Step(NamedTuple):
+    """One explained step of a fix table: its profile, its configuration's name and the run it came from."""
+
+    path: Path
+    configuration: str
+    run: str
 
 
 def _repredicted(path: Path, model) -> tuple[dict[str, float | None], AtClock]:
     """Each fix's prediction by the current kernel model (at the host's pace beside its windows, where that was
     timed), and the function moving a prediction from the given windows' clock to the fixed windows' on this
     profile (:func:`fixes.at_clock`)."""
-    e = load_explanation(path)
-    explainer.explain_again(e, model)  # sets the causes and their fixes
+    e = load_profile(path)
+    found = diagnose.explain_again(e, model).causes  # the causes give their fixes' predictions
     samples = e.throughput.samples_per_step if e.throughput else None
     built_in = e.settings.get("workload") in WORKLOADS  # its own graph build fuses the optimizer
     predictions = {}
@@ -56,7 +69,7 @@ def _repredicted(path: Path, model) -> tuple[dict[str, float | None], AtClock]:
         ran = "compile" if f.predicted_without_graphs_us is not None else f.name  # reduce-overhead without graphs
         with fixes.host_paced_at(e, host) if host else contextlib.nullcontext(e) as paced:
             predictions[f.name] = fixes.predicted_step(paced, model, ran, f.knobs, samples,
-                                                       graph_fuses_optimizer=built_in)
+                                                       graph_fuses_optimizer=built_in, found=found)
     return predictions, lambda predicted, given, fixed: fixes.at_clock(e, model, predicted, given, fixed)
 
 
@@ -72,13 +85,11 @@ def _at_fixed_clock(fix: dict, predicted: float, at_clock: AtClock | None) -> fl
     return predicted * at / recorded if at and recorded else predicted
 
 
-def rows(path: Path, model=None) -> list[dict]:
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    workload = doc.get("settings", {}).get("workload") or path.parent.name
-    given = path.parent.name.split("_--try-fixes")[0]  # device_fixes.sh names each folder by its arguments
-    given = re.sub(r"_--steps_\d+", "", given)  # the profiled steps' count leaves the configuration as it is
-    if given.startswith(workload + "_--"):  # a configuration of the workload: say which
-        workload = workload + " " + given[len(workload) + 1:].replace("_", " ")
+def rows(path: Path, model=None, configuration: str | None = None) -> list[dict]:
+    """One row per fix of one explain.json (or .json.gz); `configuration` names the step (default: from its
+    folder, which the explain command named by its arguments)."""
+    doc = read_json(path)
+    workload = configuration or _step_of(path, doc)[0]
     explained_step = (doc.get("throughput") or {}).get("step_us") or {}
     cv, explained = explained_step.get("cv") or 0.0, explained_step.get("median")
     again, at_clock = _repredicted(path, model) if model is not None else ({}, None)
@@ -147,27 +158,54 @@ def _run_of(path: Path) -> str:
     return next((p.name for p in path.parents if re.fullmatch(r"fixes\d+", p.name)), path.parent.name)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out", type=Path)
-    parser.add_argument("explains", type=Path, nargs="+")
-    parser.add_argument("--machine-model", type=Path)
-    args = parser.parse_args()
-    model = documents.load_results(args.machine_model).machine_model if args.machine_model else None
-    # A fix measured again on the same configuration in a later run (the runs given in the order they were
-    # run) replaces the earlier row, in its place; measured twice in one run, the worse of the two stands.
+def _step_of(path: Path, doc: dict) -> tuple[str, str]:
+    """(configuration, run) of an explain.json: as benchmarks/reference/index.json records a reference profile,
+    else from the folders the explain command and the run wrote it in."""
+    entry = indexed(path)
+    if entry is not None:
+        return entry["configuration"], entry.get("run", entry["recorded"])
+    return configuration_of(path.parent.name, doc.get("settings")), _run_of(path)
+
+
+def fix_table(steps: Sequence[Step], model=None, rows_of: Callable[[Step], list[dict]] | None = None
+              ) -> tuple[list[dict], dict[tuple[str, str], list[tuple[str, dict]]]]:
+    """The table's rows, and every measurement of each (configuration, fix) with its run. `steps` in the order
+    they ran: a fix measured again on the same configuration in a later run replaces the earlier row, in its
+    place; measured twice in one run, the worse of the two stands. `rows_of` gives a step's rows (default
+    :func:`rows` with `model`; the caller's may have computed them elsewhere)."""
     latest: dict[tuple[str, str], tuple[str, dict]] = {}
     repeats: dict[tuple[str, str], list[tuple[str, dict]]] = {}
-    for p in args.explains:
-        run = _run_of(p)
-        for r in rows(p, model):
+    for step in steps:
+        for r in (rows_of(step) if rows_of else rows(step.path, model, step.configuration)):
             key = (r["workload"], r["fix"])
-            if key not in latest or latest[key][0] != run or _worse(r, latest[key][1]):
-                latest[key] = (run, r)
+            if key not in latest or latest[key][0] != step.run or _worse(r, latest[key][1]):
+                latest[key] = (step.run, r)
             if "measured_change_ms" in r:
-                repeats.setdefault(key, []).append((run, r))
-    table = [r for _, r in latest.values()]
-    args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+                repeats.setdefault(key, []).append((step.run, r))
+    return [r for _, r in latest.values()], repeats
+
+
+def predicted_change_ms(row: dict) -> float | None:
+    return row["baseline_ms"] - row["predicted_ms"] if row.get("predicted_ms") is not None else None
+
+
+def summary(table: Sequence[dict]) -> dict:
+    """Counts over the fixes with a prediction: beyond the noise and within 25 % of their change, and those
+    whose change is at least CLEAR_CHANGE times its noise, within 10 % and 25 %."""
+    scored = [r for r in table if r.get("predicted_ms") is not None and "right" in r]
+    measurable = [r for r in scored if r["measurable"]]
+    clear = [r for r in scored if r["measured_change_ms"] and abs(r["measured_change_ms"]) >= CLEAR_CHANGE * r["noise_ms"]]
+    return {"predicted": len(scored), "right": sum(r["right"] for r in scored),
+            "measurable": len(measurable), "measurable_within_25": sum(r["right"] for r in measurable),
+            "clear": len(clear),
+            "clear_within_10": sum(r["error_share_of_change"] <= 0.10 for r in clear),
+            "clear_within_25": sum(r["error_share_of_change"] <= 0.25 for r in clear),
+            "by_fix": {fix: (sum(r["right"] for r in measurable if r["fix"] == fix),
+                             sum(r["fix"] == fix for r in measurable))
+                       for fix in sorted({r["fix"] for r in measurable})}}
+
+
+def print_table(table: Sequence[dict], repeats: dict[tuple[str, str], list[tuple[str, dict]]]) -> None:
     for r in table:
         if "measured_ms" in r:
             verdict = ("no prediction" if r["predicted_ms"] is None else
@@ -181,11 +219,9 @@ def main() -> int:
                   + verdict)
         else:
             print(f"{r['workload']:40s} {r['fix']:18s} {r['status']}: {r['reason'][:90]}")
-    scored = [r for r in table if r.get("predicted_ms") is not None and "right" in r]
-    measurable = [r for r in scored if r["measurable"]]
-    for fix in sorted({r["fix"] for r in measurable}):
-        of = [r for r in measurable if r["fix"] == fix]
-        print(f"  {fix}: {sum(r['right'] for r in of)} of {len(of)} measurable changes within 25 %")
+    counts = summary(table)
+    for fix, (right, of) in counts["by_fix"].items():
+        print(f"  {fix}: {right} of {of} measurable changes within 25 %")
     again = {key: runs for key, runs in repeats.items() if len(runs) > 1}
     if again:
         print("measured in more than one run (ms saved per step, at the baseline's batch):")
@@ -209,9 +245,23 @@ def main() -> int:
     if pooled:
         print(f"every paired measurement beyond the noise: {sum(r['right'] for _, r in pooled)} of {len(pooled)} "
               f"within 25 % ({len({run for run, _ in pooled})} runs)")
-    print(f"{len(scored)} fix x workload pairs with a prediction, {sum(r['right'] for r in scored)} right; "
-          f"{len(measurable)} with a change beyond the noise, {sum(r['right'] for r in measurable)} of those within "
-          "25 % of the measured change")
+    print(f"{counts['predicted']} fix x workload pairs with a prediction, {counts['right']} right; "
+          f"{counts['measurable']} with a change beyond the noise, {counts['measurable_within_25']} of those within "
+          f"25 % of the measured change; {counts['clear']} with a change at least {CLEAR_CHANGE:g} times its noise, "
+          f"{counts['clear_within_10']} within 10 % and {counts['clear_within_25']} within 25 %")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("explains", type=Path, nargs="+")
+    parser.add_argument("--machine-model", type=Path)
+    args = parser.parse_args()
+    model = documents.load_results(args.machine_model).machine_model if args.machine_model else None
+    steps = [Step(p, *_step_of(p, read_json(p))) for p in args.explains]
+    table, repeats = fix_table(steps, model)
+    args.out.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    print_table(table, repeats)
     return 0
 
 

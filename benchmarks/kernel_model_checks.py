@@ -12,6 +12,8 @@ kernel time over the kernels that make up 90 % of it, and the model's bound agai
 batch: the step of RUNS_DIR/NAME-bs<SOURCE_BATCH> predicted at every other batch size measured in
 RUNS_DIR (predict.predict_batch), against the measured unprofiled steps.
 self-check: kernels measured faster than their bound by more than 5 %.
+EXPLAIN.json may be gzip-compressed. benchmarks/tables.py calls :func:`counters_of` and :func:`batch_rows` on
+the reference profiles and the measured values kept beside them (:func:`read_counters`).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ import pandas as pd
 from pygpuperf.analyze.kernel_time import card_terms
 from pygpuperf.core import documents
 from pygpuperf.explain import attribution
-from pygpuperf.explain.compare import load_explanation
-from pygpuperf.explain.model import MEMCPY
+from pygpuperf.core.vocabulary import KernelClass
+from pygpuperf.explain import pricing
+
+from reference import load_profile
 
 _BASE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:<|\()")
 
@@ -57,21 +61,30 @@ def read_ncu(path: Path) -> pd.DataFrame:
                          "l2_bytes": wide["lts__t_bytes.sum"]}).reset_index(drop=True)
 
 
+def read_counters(path: Path) -> pd.DataFrame:
+    """What :func:`read_ncu` gives, as kept in a (gzip-compressed) CSV: name, duration_us, dram_bytes, l2_bytes."""
+    return pd.read_csv(path)
+
+
 def counters(results: Path, explain: Path, ncu_csv: Path) -> dict:
-    model = documents.load_results(results).machine_model
+    out = counters_of(documents.load_results(results).machine_model, explain, read_ncu(ncu_csv))
+    return {"explain": str(explain), "ncu": str(ncu_csv), **out}
+
+
+def counters_of(model, explain: Path, hw: pd.DataFrame) -> dict:
+    """The model's bytes per kernel of one step against the counters `hw` of the same step (:func:`read_ncu`)."""
     e = _explanation(explain, model)
-    records = sorted((r for r in e.median.kernels if r.kernel_class != MEMCPY), key=lambda r: r.start_us)
-    shares = attribution.reuse_shares(e.calls, model, bound=False)  # where the bytes end up, as counters see them
+    records = sorted((r for r in e.median.kernels if r.kernel_class != KernelClass.MEMCPY), key=lambda r: r.start_us)
+    shares = pricing.reuse_shares(e.calls, model, bound=False)  # where the bytes end up, as counters see them
     terms = card_terms(model)
     main = model.dram_key()
-    hw = read_ncu(ncu_csv)
     matcher = difflib.SequenceMatcher(None, [base_name(r.name) for r in records], [base_name(n) for n in hw["name"]],
                                       autojunk=False)
     pairs = []
     for block in matcher.get_matching_blocks():
         for k in range(block.size):
             record, row = records[block.a + k], hw.iloc[block.b + k]
-            timing = attribution.kernel_timing(record, model, shares, terms)
+            timing = pricing.kernel_timing(record, model, shares, terms)
             traffic = dict(timing.traffic) if timing else {}
             pairs.append({"name": record.name[:90], "op": record.op, "class": record.kernel_class,
                           "measured_us": float(row["duration_us"]), "profiled_us": record.duration_us,
@@ -94,7 +107,7 @@ def counters(results: Path, explain: Path, ncu_csv: Path) -> dict:
     within = [p for p in top if p["ncu_dram"] > 0 and abs(p["model_dram"] / p["ncu_dram"] - 1) <= 0.25]
     bounded = [p for p in top if p["bound_us"]]
     return {
-        "explain": str(explain), "ncu": str(ncu_csv), "kernels_profiled": len(records), "kernels_ncu": len(hw),
+        "kernels_profiled": len(records), "kernels_ncu": len(hw),
         "matched": len(pairs), "top_kernels": len(top), "top_share_of_time": running / total if total else 0.0,
         "dram_bytes_error_time_weighted": weighted_error("model_dram", "ncu_dram"),
         "l2_bytes_error_time_weighted": weighted_error("model_l2", "ncu_l2"),
@@ -109,7 +122,7 @@ def counters(results: Path, explain: Path, ncu_csv: Path) -> dict:
 
 def _explanation(path: Path, model):
     """A recorded profile with each op's work split among its kernels by time beyond the card's fixed cost."""
-    e = load_explanation(path)
+    e = load_profile(path)
     attribution.resplit_op_costs(e.median.kernels, card_terms(model).fixed_us)
     return e
 
@@ -129,12 +142,17 @@ def self_check(results: Path, explains: list[Path]) -> list[dict]:
 
 
 def batch(results: Path, runs: Path, name: str, source_batch: int) -> list[dict]:
+    return batch_rows(documents.load_results(results).machine_model, runs / f"{name}-bs{source_batch}" / "explain.json",
+                      [r for r in json.loads((runs / "runs.json").read_text()) if r["name"] == name], source_batch)
+
+
+def batch_rows(model, explain: Path, runs: list[dict], source_batch: int) -> list[dict]:
+    """The step of `explain` (at `source_batch`) predicted at every other batch size of `runs` (the same
+    workload's unprofiled steps: batch, step_ms, cv; batch 1 gives the host's time), against those steps."""
     from pygpuperf.predict import predict_batch
 
-    model = documents.load_results(results).machine_model
-    source = _explanation(runs / f"{name}-bs{source_batch}" / "explain.json", model)
-    measured = {int(r["batch"]): r for r in json.loads((runs / "runs.json").read_text()) if r["name"] == name
-                and not r.get("knobs") and "error" not in r}
+    source = _explanation(explain, model)
+    measured = {int(r["batch"]): r for r in runs if not r.get("knobs") and "error" not in r}
     host = measured.get(1)
     rows = []
     for size, run in sorted(measured.items()):

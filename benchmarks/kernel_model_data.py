@@ -7,6 +7,7 @@ OUT/<name>[+knobs]-bs<N>/explain.json is what `python -m pygpuperf.explain` writ
 op calls); OUT/runs.json one row per run: the unprofiled step (median, p5,
 p95, CV over 30 steps timed as a training loop runs them, no sync per step) and the profile's
 kernel count. Batch 1 is the host floor: the step's host time where the device has little to do.
+OUT is the RUNS_DIR of `benchmarks/kernel_model_checks.py batch`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from pathlib import Path
 
 import torch
 
+from pygpuperf import diagnose
 from pygpuperf.core import documents
-from pygpuperf.explain import explainer
 from pygpuperf.workloads import UserWorkload, get_workload
 
 
@@ -28,10 +29,10 @@ def run(name: str, batch: int, model, out: Path, device: str, knobs: dict[str, s
     started = time.monotonic()
     workload = UserWorkload(name) if ".py" in name else get_workload(name)
     with workload.build(device, batch, **knobs) as built:
-        explanation = explainer.explain_built(built, model, device, steps=3)
+        explanation = diagnose.explain_built(built, model, device, steps=3)
         params = dict(built.params)
     explanation.settings = params
-    out.mkdir(parents=True, exist_ok=True)  # explain.json alone: the charts would not fit what comes back
+    out.mkdir(parents=True, exist_ok=True)  # explain.json alone: the checks read nothing else
     (out / "explain.json").write_text(json.dumps(explanation.to_dict(), default=str), encoding="utf-8")
     t = explanation.throughput
     step = explanation.median

@@ -9,7 +9,8 @@ number of steps each, alternate `--repeats` times, in the order tool-loop, loop-
 drift of the host or the card favours neither. Each repeat gives one paired ratio, tool over loop (above
 1: the tool reports a slower step); the result is their median with a bootstrap 90 % interval. Host-bound
 steps (fp16 loss scaling syncs every step) vary by several per cent between windows of a few dozen steps,
-so those need more repeats than device-bound ones to settle a 3 % question.
+so those need more repeats than device-bound ones to settle a 3 % question. benchmarks/tables.py summarizes
+the recorded rows again with :func:`summarize`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,17 @@ def interval(ratios: list[float], level: float = 0.90, draws: int = 2000) -> tup
     medians = np.median(rng.choice(np.asarray(ratios), size=(draws, len(ratios))), axis=1)
     tail = (1 - level) / 2
     return float(np.quantile(medians, tail)), float(np.quantile(medians, 1 - tail))
+
+
+def summarize(row: dict) -> dict:
+    """A recorded row's ratio and interval, computed again from its paired repeats where it kept them."""
+    tools, loops = row.get("tool_repeats_s"), row.get("loop_repeats_s")
+    if not tools or not loops or len(tools) != len(loops):
+        return dict(row)
+    ratios = [t / p for t, p in zip(tools, loops)]
+    ratio = statistics.median(ratios)
+    return dict(row, ratio_tool_to_loop=ratio, ratio_interval_90=list(interval(ratios)),
+                within_goal=abs(ratio - 1) <= GOAL)
 
 
 def compare(name: str, device: torch.device, loop_steps: int, repeats: int) -> dict:

@@ -44,9 +44,9 @@ def explanation(records, idle=None, device="cuda:0", calls=()):
     return Explanation(device, [step], step, {}, calls=list(calls))
 
 
-def all_text(found, explained):
-    parts = [f.title + " " + f.suggestion for f in found]
-    parts += [c.title + " " + c.advice for c in explained.causes.items]
+def all_text(diagnosis):
+    parts = [f.title + " " + f.suggestion for f in diagnosis.findings]
+    parts += [c.title + " " + c.advice for c in diagnosis.causes.items]
     return "\n".join(parts)
 
 
@@ -58,13 +58,14 @@ def test_transformer_layout_copies_get_attention_advice_and_no_channels_last():
                k("layout", 30, "aten::contiguous", module="blocks.0.attn", name="elementwise_kernel copy"),
                k("memory_bound", 20, "aten::add", nbytes=1e6)]
     e = explanation(records)
-    found = findings.explain_findings(e, {"batch_size": "8"}, gpu_model())
-    ids = {c.id: c for c in e.causes.items}
+    d_e = findings.diagnose_step(e, {"batch_size": "8"}, gpu_model())
+    found = list(d_e.findings)
+    ids = {c.id: c for c in d_e.causes.items}
     assert "layout.attention_heads" in ids and "layout.nchw_nhwc" not in ids
     heads = ids["layout.attention_heads"]
     assert heads.us == pytest.approx(70.0) and heads.kernels == [1, 3]
     assert heads.fix is not None and heads.fix.predicted_step_us == pytest.approx(250 - 70)
-    assert "channels_last" not in all_text(found, e)
+    assert "channels_last" not in all_text(d_e)
     layout = next(f for f in found if f.title.startswith("Layout"))
     assert "scaled_dot_product_attention" in layout.suggestion and layout.evidence["fix"]["saves_us"] == 70.0
 
@@ -73,8 +74,8 @@ def test_convolution_transposes_get_channels_last():
     records = [k("tensor_gemm", 100, "aten::cudnn_convolution", "fp16.acc32", 1e9, 1e6, "layer1.conv1"),
                k("layout", 50, "aten::cudnn_convolution", module="layer1.conv1", name="nchwToNhwcKernel")]
     e = explanation(records)
-    findings.explain_findings(e, {"memory_format": "nchw"}, gpu_model())
-    cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
+    d_e = findings.diagnose_step(e, {"memory_format": "nchw"}, gpu_model())
+    cause = next(c for c in d_e.causes.items if c.id == "layout.nchw_nhwc")
     assert "channels_last" in cause.advice and cause.fix.knobs == {"memory_format": "channels_last"}
 
 
@@ -82,11 +83,12 @@ def test_cpu_profile_gets_no_gpu_advice():
     records = [k("vector_math", 300, "aten::mm", "fp32", 1e8, 1e6), k("layout", 50, "aten::contiguous"),
                k("memory_bound", 100, "aten::add", nbytes=1e5), k("memory_bound", 100, "aten::mul", nbytes=1e5)]
     e = explanation(records, Idle(host_bound_us=300.0), device="cpu")
-    found = findings.explain_findings(e, {"batch_size": "4"}, cpu_model())
-    text = all_text(found, e)
+    d_e = findings.diagnose_step(e, {"batch_size": "4"}, cpu_model())
+    found = list(d_e.findings)
+    text = all_text(d_e)
     for word in ("CUDA", "TF32", "tensor core", "tensor-core", "cuDNN", "channels_last", "HBM", "kernel"):
         assert word not in text, word
-    ids = {c.id for c in e.causes.items}
+    ids = {c.id for c in d_e.causes.items}
     assert "cpu.framework" in ids and "cpu.simd_under_use" in ids
 
 
@@ -170,8 +172,9 @@ def test_tf32_fix_predicts_the_step_by_the_kernel_model():
     records = [k("vector_math", 150, "aten::mm", "fp32", flops, 1e3), k("tensor_gemm", 50, "aten::mm", "fp16.acc32",
                                                                           1e9, 1e3)]
     e = explanation(records)
-    found = findings.explain_findings(e, {"tf32": "off"}, gpu_model())
-    cause = next(c for c in e.causes.items if c.id == "precision.fp32_no_tf32")
+    d_e = findings.diagnose_step(e, {"tf32": "off"}, gpu_model())
+    found = list(d_e.findings)
+    cause = next(c for c in d_e.causes.items if c.id == "precision.fp32_no_tf32")
     tf32_us = flops / 490e12 * 1e6 * 1.5  # the TF32 work term, keeping the measured residual
     assert cause.fix.predicted_step_us == pytest.approx(200 - (150 - tf32_us), rel=1e-3)
     assert cause.fix.words().startswith("TF32 on: 0.20 → 0.07 ms")
@@ -214,16 +217,16 @@ def test_a_well_shaped_convolution_splits_its_excess_into_the_library_rate_and_t
              name="sm90_xmma_fprop_implicit_gemm_f16f16_f16f32")  # bound 10 us at 800 TFLOP/s, 20 us at 400
     records = [conv, k("memory_bound", 10.0, nbytes=47e6)]
     e = explanation(records)
-    findings.explain_findings(e, {"memory_format": "nchw", "batch_size": "8"}, m)
-    ids = {c.id: c for c in e.causes.items}
+    d_e = findings.diagnose_step(e, {"memory_format": "nchw", "batch_size": "8"}, m)
+    ids = {c.id: c for c in d_e.causes.items}
     library, choice = ids["library_rate"], ids["kernel_choice.convolution"]
     assert library.us == pytest.approx(10.0, rel=0.1)  # the bound at the library's rate minus the one at 800
     assert library.us + choice.us == pytest.approx(30.0, rel=0.1)  # the whole excess of the kernel is named
     assert "channels_last" in choice.advice and "NCHW" in choice.advice
     assert library.evidence["ceilings"]["fp16.acc32"] == {"instruction": 800.0, "library": 400.0, "unit": "TFLOP/s"}
     e2 = explanation([k("tensor_gemm", 40.0, "aten::cudnn_convolution", "fp16.acc32", 8e9, 1e6, "layer1.0.conv1")])
-    findings.explain_findings(e2, {"memory_format": "channels_last", "cudnn_benchmark": "on"}, m)
-    advice = {c.id: c.advice for c in e2.causes.items}["kernel_choice.convolution"]
+    d_e2 = findings.diagnose_step(e2, {"memory_format": "channels_last", "cudnn_benchmark": "on"}, m)
+    advice = {c.id: c.advice for c in d_e2.causes.items}["kernel_choice.convolution"]
     assert "channels_last" not in advice and "benchmark" not in advice
 
 
@@ -237,20 +240,20 @@ def _attention_step_compiled(module: str):
                k("layout", 40, "aten::contiguous", module=module, name="elementwise_kernel copy")]
     e = explanation(records)
     e.throughput = Throughput(Stats.of([140.0] * 3), 8)
-    findings.explain_findings(e, {"batch_size": "8"}, gpu_model())
+    d_e = findings.diagnose_step(e, {"batch_size": "8"}, gpu_model())
     e.fixes = [FixTrial("compile", "torch.compile", {"compile": "inductor"}, "measured", predicted_step_us=100.0,
                         measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8, baseline_samples_per_step=8)]
-    return e, next(c for c in e.causes.items if c.id == "layout.attention_heads")
+    return e, next(c for c in d_e.causes.items if c.id == "layout.attention_heads"), d_e
 
 
 def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
     from pygpuperf.trials.fixes import FixTrial
     from pygpuperf.report.explain_html import explain_html
 
-    e, layout = _attention_step_compiled("blocks.0.<script>attn")
+    e, layout, diagnosis = _attention_step_compiled("blocks.0.<script>attn")
     e.fixes += [FixTrial("cuda_graphs", "CUDA graph of the step", {"cuda_graphs": "on"}, "failed",
                           reason="RuntimeError: capture <failed>", notes=["a flag <was> put back"])]
-    page = explain_html(e, gpu_model())
+    page = explain_html(e, gpu_model(), diagnosis=diagnosis)
     assert "capture &lt;failed&gt;<br><span class=\"note\">a flag &lt;was&gt; put back</span>" in page
     assert 'id="explain-causes"' in page and 'id="explain-fixes"' in page
     assert "<script" not in page and "&lt;failed&gt;" in page  # every document string goes through autoescape
@@ -258,7 +261,7 @@ def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
     assert '<td>torch.compile</td><td>measured</td><td class="num">0.14</td><td class="num">0.10</td>' in page
     assert "the host&#39;s own time per step" not in page  # nothing timed the host's pace here
     e.host_at_batch, e.host_at_batch_one = HostTime(19430.0, 2310.0), HostTime(17160.0)
-    page = explain_html(e, gpu_model())
+    page = explain_html(e, gpu_model(), diagnosis=diagnosis)
     assert ("the host&#39;s own time per step, without the profiler: 19.43 ms at the step&#39;s batch, each step "
             "after a drain, 2.31 of it in the optimizer&#39;s step; 17.16 ms at batch 1.") in page
 
@@ -269,10 +272,10 @@ def test_channels_last_prices_nchw_batch_norms_at_the_steps_own_streaming_effici
                k("memory_bound", 50, "aten::cudnn_batch_norm", "fp16", nbytes=47e6, module="layer1.bn1"),
                k("memory_bound", 12.5, "aten::add_", "fp16", nbytes=47e6, module="layer1")]
     e = explanation(records)
-    findings.explain_findings(e, {"memory_format": "nchw"}, gpu_model())
+    d_e = findings.diagnose_step(e, {"memory_format": "nchw"}, gpu_model())
     bn, add = (kernel_bound(e.median.kernels[i], gpu_model())[0] for i in (2, 3))
     efficiency = add / 12.5
-    cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
+    cause = next(c for c in d_e.causes.items if c.id == "layout.nchw_nhwc")
     assert 0.5 < efficiency < 1 and cause.evidence["streaming_efficiency"] == pytest.approx(efficiency, abs=1e-3)
     # The transposes go, and the batch norm (inference: one pass) runs at the add's share of its bound.
     assert cause.fix.saves_us == pytest.approx(50 + 50 - bn / efficiency, rel=1e-3)
@@ -281,9 +284,9 @@ def test_channels_last_prices_nchw_batch_norms_at_the_steps_own_streaming_effici
     records += [k("memory_bound", 80, "aten::cudnn_batch_norm_backward", "fp16", nbytes=70.5e6, module="layer1.bn1",
                   phase="backward")]
     e = explanation(records)
-    findings.explain_findings(e, {"memory_format": "nchw"}, gpu_model())
+    d_e = findings.diagnose_step(e, {"memory_format": "nchw"}, gpu_model())
     forward, backward = (kernel_bound(e.median.kernels[i], gpu_model())[0] for i in (2, 4))
-    cause = next(c for c in e.causes.items if c.id == "layout.nchw_nhwc")
+    cause = next(c for c in d_e.causes.items if c.id == "layout.nchw_nhwc")
     assert cause.fix.saves_us == pytest.approx(
         50 + (50 - 1.5 * forward / efficiency) + (80 - 5 / 3 * backward / efficiency), rel=1e-3)
 
@@ -298,9 +301,9 @@ def test_amp_halves_activation_traffic_outside_autocasts_fp32_list_and_not_for_a
                k("memory_bound", 50.0, "aten::cudnn_batch_norm", "fp32", nbytes=47e6),  # a fifth of the add's rate
                k("memory_bound", 12.5, "aten::_foreach_add_", "fp32", nbytes=47e6, phase="optimizer")]
     e = explanation(records)
-    findings.explain_findings(e, {"amp": "none"}, m)
+    d_e = findings.diagnose_step(e, {"amp": "none"}, m)
     timing = kernel_timing(e.median.kernels[1], m)
-    cause = next(c for c in e.causes.items if c.id == "precision.bf16_unused")
+    cause = next(c for c in d_e.causes.items if c.id == "precision.bf16_unused")
     traffic = cause.evidence["activation_traffic_saving_us"]
     # Only the add halves its bytes (keeping its residual): layer norm runs in fp32 under autocast, the batch
     # norm is held by its access pattern, the optimizer keeps fp32 master weights.
@@ -312,9 +315,9 @@ def test_amp_halves_activation_traffic_outside_autocasts_fp32_list_and_not_for_a
 def test_a_cause_whose_fix_try_fixes_applies_as_compile_shows_the_measured_step():
     from pygpuperf.report.explain_html import explain_html
 
-    e, heads = _attention_step_compiled("blocks.0.attn")
+    e, heads, diagnosis = _attention_step_compiled("blocks.0.attn")
     assert heads.fix.name == "remove_layout" and heads.fix.trial == "compile"
-    row = next(r for r in explain_html(e, gpu_model()).split("<tr>") if r.startswith("<td>Copies splitting"))
+    row = next(r for r in explain_html(e, gpu_model(), diagnosis=diagnosis).split("<tr>") if r.startswith("<td>Copies splitting"))
     assert row.split("</tr>")[0].endswith('<td class="num">0.10</td>')  # the compile trial's measured step
 
 
@@ -363,8 +366,8 @@ def test_kernels_whose_shapes_the_profiler_dropped_take_their_bytes_from_the_tra
 def test_a_recorded_step_explained_again_gets_bounds_causes_and_findings_from_the_current_model():
     records = [k("tensor_gemm", 100, "aten::mm", "fp16.acc32", 1e9, 1e6), k("memory_bound", 50, nbytes=1e8)]
     e = explanation(records)
-    assert all(r.bound_us is None for r in records) and e.causes is None
-    found = diagnose.explain_again(e, gpu_model())
+    assert all(r.bound_us is None for r in records)
+    diagnosis = diagnose.explain_again(e, gpu_model())
     assert all(r.bound_us is not None and r.bound_us > 0 for r in records)
-    assert e.causes is not None and e.findings is found
+    assert diagnosis.causes is not None and diagnosis.findings
     assert e.median.waterfall.ideal_us == pytest.approx(sum(r.bound_us for r in records))

@@ -120,11 +120,11 @@ def test_an_fp32_steps_amp_fix_takes_the_timed_convolutions_ratio_instead_of_the
                                          phase="forward")]
     records[0].precision, records[0].flops = "tf32.acc32", 2e10
     e = _step(records, "none")
-    findings.explain_findings(e, {"amp": "none"}, model)
-    by_model = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None)
+    found = findings.diagnose_step(e, {"amp": "none"}, model).causes
+    by_model = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None, found=found)
     assert by_model < 200.0 - 50.0  # both kernels at twice the rate, by the kernel model
     e.conv_timings = [_timing({"fp32": 10.0, "fp16": 6.0, "bf16": 9.0})]  # bf16 saves a tenth on this shape
-    timed = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None)
+    timed = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None, found=found)
     saved_on_conv = 200.0 - by_model - (200.0 - by_model) / 2  # the model's saving splits evenly over the two
     assert timed == pytest.approx(by_model + saved_on_conv - 10.0, rel=1e-6)
 
@@ -234,15 +234,16 @@ def test_a_channels_last_fix_prices_the_timed_convolutions_by_their_nhwc_time_an
                              duration_us=20.0, op="aten::copy_", kernel_class="layout", bytes=1e6,
                              phase="forward")
     e = _step([forward, transpose], "none")
-    findings.explain_findings(e, {"memory_format": "nchw"}, model)
-    assert any(c.id == "layout.nchw_nhwc" for c in e.causes.items)
-    untimed = fixes.predicted_step(e, model, "channels_last", {"memory_format": "channels_last"}, None)
+    d_e = findings.diagnose_step(e, {"memory_format": "nchw"}, model)
+    assert any(c.id == "layout.nchw_nhwc" for c in d_e.causes.items)
+    cl = {"memory_format": "channels_last"}
+    untimed = fixes.predicted_step(e, model, "channels_last", cl, None, found=d_e.causes)
     e.conv_timings = [_timing({"fp32": 10.0, "fp32@nhwc": 6.0})]
-    timed = fixes.predicted_step(e, model, "channels_last", {"memory_format": "channels_last"}, None)
+    timed = fixes.predicted_step(e, model, "channels_last", cl, None, found=d_e.causes)
     assert timed == pytest.approx(120.0 - 40.0 - 20.0) and timed != pytest.approx(untimed)
     slower = [_timing({"fp32": 10.0, "fp32@nhwc": 13.0})]  # NHWC can be the slower layout for a shape
     e.conv_timings = slower
-    assert fixes.predicted_step(e, model, "channels_last", {"memory_format": "channels_last"}, None) == \
+    assert fixes.predicted_step(e, model, "channels_last", cl, None, found=d_e.causes) == \
         pytest.approx(120.0 + 30.0 - 20.0)
 
 

@@ -27,16 +27,16 @@ def h200_like_model() -> MachineModel:
 
 
 @pytest.fixture
-def explanation():
+def diagnosed():
     trace = json.loads((FIXTURES / "chrome_trace_cuda.json").read_text())
     steps = steps_from_chrome_trace(trace, settings=MathSettings())
     model = h200_like_model()
     e = explainer.explain_captured(CapturedSteps("cuda:0", steps, MathSettings()), model)
-    diagnose.diagnose(e, model)
-    return e
+    return diagnose.DiagnosedStep(e, diagnose.diagnose(e, model))
 
 
-def test_every_step_adds_up_to_its_wall_time(explanation):
+def test_every_step_adds_up_to_its_wall_time(diagnosed):
+    explanation = diagnosed.explanation
     assert len(explanation.steps) >= 2
     for step in explanation.steps:
         w = step.waterfall
@@ -46,15 +46,17 @@ def test_every_step_adds_up_to_its_wall_time(explanation):
         assert 0.0 <= w.coverage <= 1.0
 
 
-def test_kernels_get_work_and_bounds_from_their_ops(explanation):
+def test_kernels_get_work_and_bounds_from_their_ops(diagnosed):
+    explanation = diagnosed.explanation
     kernels = explanation.median.kernels
     gemms = [k for k in kernels if k.kernel_class == "tensor_gemm"]
     assert gemms and all(k.flops > 0 and k.bound_us is not None and k.ceiling for k in gemms)
     assert explanation.median in explanation.steps
 
 
-def test_outputs_and_summary(explanation, tmp_path):
-    paths = explained.write_outputs(explanation, tmp_path)
+def test_outputs_and_summary(diagnosed, tmp_path):
+    explanation = diagnosed.explanation
+    paths = explained.write_outputs(explanation, tmp_path, diagnosed.diagnosis)
     doc = json.loads(paths[0].read_text())
     assert doc["waterfall"]["measured_us"] == pytest.approx(explanation.median.waterfall.measured_us)
     assert len(doc["kernels"]) == len(explanation.median.kernels)
@@ -63,8 +65,10 @@ def test_outputs_and_summary(explanation, tmp_path):
     assert "roofline ideal" in text and "= measured" in text and Part.UNEXPLAINED in text and "coverage" in text
 
 
-def test_the_returned_explanation_has_its_findings_before_anything_is_written(explanation, tmp_path):
-    found = [dataclasses.asdict(f) for f in explanation.findings]
+def test_the_diagnosis_has_its_findings_before_anything_is_written(diagnosed, tmp_path):
+    found = [dataclasses.asdict(f) for f in diagnosed.findings]
     assert found, "the recorded step has findings (idle, memory-bound kernels)"
-    explained.write_explained(explanation, h200_like_model(), tmp_path, echo=lambda text: None)
+    explained.write_explained(diagnosed.explanation, diagnosed.diagnosis, h200_like_model(), tmp_path,
+                              echo=lambda text: None)
     assert json.loads((tmp_path / "findings.json").read_text()) == found
+    assert json.loads((tmp_path / "explain.json").read_text())["findings"] == found

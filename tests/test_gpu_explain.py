@@ -192,7 +192,7 @@ def test_a_launch_bound_step_timed_after_the_trace_is_as_fast_as_before_it():
         return explainer.measure_throughput(step, "cuda", 1, warmup=5, steps=30).step_us.median
 
     # Kept attached, the loop took 1.98x as long on the H200 (2259 -> 4482 us). Released, a host-paced loop's
-    # pace still wanders over seconds with no trace at all (benchmarks/launch_after_trace.py: 2886, 3679, 3296,
+    # pace still wanders over seconds with no trace at all (docs/investigations.md; 2886, 3679, 3296,
     # 4340, 4079 us in five phases), so each trace is judged against the window just before it.
     ratios = []
     for _ in range(3):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pygpuperf.core.results import Ceiling, Finding, LinkFit, Measurement, Results, Stats, WorkloadResult
+from pygpuperf.diagnose import Diagnosis
 from pygpuperf.explain import attribution
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.vocabulary import KernelClass
@@ -115,7 +116,7 @@ def hostile_results() -> Results:
     return r
 
 
-def hostile_explanation() -> Explanation:
+def hostile_explanation() -> tuple[Explanation, Diagnosis]:
     kernel = KernelRecord(hostile("kernel.name"), 0.0, 100.0, op=hostile("kernel.op"), kernel_class=KernelClass.MEMORY_BOUND,
                           precision=hostile("kernel.precision"), flops=1e6, bytes=1e9, bound_us=300.0,
                           ceiling=hostile("kernel.ceiling"))
@@ -124,9 +125,9 @@ def hostile_explanation() -> Explanation:
     parts[Part.IDLE_HOST] = 100.0
     step = ExplainedStep(0, [kernel], line, Waterfall(100.0, parts, 200.0, 0.0, 1.0), attribution.self_check([kernel]))
     e = Explanation(hostile("explanation.device"), [step], step, {hostile("unknown_op"): 3.0})
-    e.findings = [LaterFinding("warning", hostile("explain.finding.title"), {"k": hostile("explain.evidence")},
-                               cause=hostile("explain.finding.later_field"))]
-    return e
+    found = (LaterFinding("warning", hostile("explain.finding.title"), {"k": hostile("explain.evidence")},
+                          cause=hostile("explain.finding.later_field")),)
+    return e, Diagnosis(None, found)
 
 
 def hostile_predictions() -> list[dict]:
@@ -143,18 +144,18 @@ def hostile_predictions() -> list[dict]:
 
 def test_every_document_string_on_report_html_comes_out_escaped():
     TAGGED.clear()
-    results, explanation, predictions = hostile_results(), hostile_explanation(), hostile_predictions()
+    results, (explanation, diagnosis), predictions = hostile_results(), hostile_explanation(), hostile_predictions()
     strings = [s for s in TAGGED if "explanation.device" not in s and "explain.finding" not in s
                and "explain.evidence" not in s]  # the report names the run's device; explain findings join the run's
-    text = html_report(results, explanation=explanation, predictions=predictions)
+    text = html_report(results, explanation=explanation, predictions=predictions, diagnosis=diagnosis)
     _assert_escaped(text, strings)
     assert json.dumps({"list": [NESTED]}) in _read(text)[0]
 
 
 def test_every_document_string_on_explain_html_comes_out_escaped():
     TAGGED.clear()
-    explanation = hostile_explanation()
-    _assert_escaped(explain_html(explanation, None), list(TAGGED))
+    explanation, diagnosis = hostile_explanation()
+    _assert_escaped(explain_html(explanation, None, diagnosis=diagnosis), list(TAGGED))
 
 
 def test_every_document_string_on_prediction_html_comes_out_escaped():

@@ -110,16 +110,18 @@ def run(argv: list[str] | None = None) -> int:
                           overwrite=args.overwrite) as folder:
         built = _build_with(args.target, device, args.batch_size, knobs)
         with built:
-            explanation = diagnose.explain_built(built, model, device, steps=args.steps)
+            diagnosed = diagnose.explain_built(built, model, device, steps=args.steps)
+        explanation, diagnosis = diagnosed.explanation, diagnosed.diagnosis
         if args.try_fixes:
             explanation.fixes = fixes.try_fixes(explanation, model, _fix_target(args, device, knobs, built), device,
-                                                only=_fix_names(args.try_fixes))
-            diagnose.diagnose(explanation, model)  # the findings with what the trials measured
-        paths = explained.write_explained(explanation, model, folder.path, echo=_echo(args)).paths
+                                                only=_fix_names(args.try_fixes), found=diagnosis.causes)
+            # The findings again with what the trials measured, on the causes already named.
+            diagnosis = diagnose.diagnose(explanation, model, causes=diagnosis.causes)
+        paths = explained.write_explained(explanation, diagnosis, model, folder.path, echo=_echo(args)).paths
     if args.json:
         sys.stdout.write(paths[0].read_text(encoding="utf-8") + "\n")
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
-    return _exit_code(explanation.findings)
+    return _exit_code(diagnosis.findings)
 
 
 def _fix_names(text: str) -> list[str] | None:
@@ -273,9 +275,10 @@ def _compare_into(out: Path, args: argparse.Namespace, device: torch.device, mod
         knobs = {**_given_knobs(args), **knobs}
         built = _build_with(args.target, device, _config_batch(knobs.pop("batch_size", None), args.batch_size), knobs)
         with built:
-            explanation = diagnose.explain_built(built, model, device, steps=args.steps)
+            diagnosed = diagnose.explain_built(built, model, device, steps=args.steps)
+        explanation = diagnosed.explanation
         say(f"== {label}")
-        paths += explained.write_explained(explanation, model, out / _slug(label), echo=say).paths
+        paths += explained.write_explained(explanation, diagnosed.diagnosis, model, out / _slug(label), echo=say).paths
         configs.append(compare.Config(label, explanation, built.samples_per_step, dict(built.params)))
     comparison = compare.compare(configs)
     say("== comparison")

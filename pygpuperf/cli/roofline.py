@@ -211,11 +211,12 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
         throughput = Throughput(timed.step_time.scaled(1e6), built.samples_per_step,
                                 timed.peak_memory_bytes, timed.resident_memory_bytes)
         try:
-            explanation = diagnose.explain_built(built, results.machine_model, device,
-                                                  steps=1 if args.quick else 3, throughput=throughput)
+            diagnosed = diagnose.explain_built(built, results.machine_model, device,
+                                               steps=1 if args.quick else 3, throughput=throughput)
         except BaseException:
             conclude.conclude_workload(results, timed)  # placed by its counted intensity, whatever stopped it
             raise
+        explanation, diagnosis = diagnosed.explanation, diagnosed.diagnosis
         # Placed by the same kernel-time model that bounds its kernels.
         conclude.conclude_workload(results, timed, sum(k.bound_us or 0.0 for k in explanation.median.kernels))
     phases["model_explained"] = round(time.monotonic() - started, 2)
@@ -223,12 +224,13 @@ def _run_model(name: str, args: argparse.Namespace, device, results: Results, ou
     folder = out / "explain"
     console.print(f"explained step of {escape(name)}:", highlight=False)
     written, explain_charts = explained.write_explained(
-        explanation, results, folder, echo=lambda text: console.print(text, highlight=False, markup=False),
+        explanation, diagnosis, results, folder, echo=lambda text: console.print(text, highlight=False, markup=False),
         echo_findings=False)  # the run's summary lists them with the rest
     phases["explain_written"] = round(time.monotonic() - started, 2)
-    results.findings += explanation.findings
+    results.findings += diagnosis.findings
     timed.explanation = explainer.explanation_summary(explanation, "explain/explain.json")
-    reported: dict = {"explanation": explanation, "explain_charts": explain_charts}  # report.html's sections
+    # report.html's sections
+    reported: dict = {"explanation": explanation, "diagnosis": diagnosis, "explain_charts": explain_charts}
     if args.predict:
         paths, reported["predictions"], reported["prediction_svg"] = _predict_model(
             explanation, results, args.predict, folder, console)

@@ -27,7 +27,6 @@ from pygpuperf.core.vocabulary import Part
 from pygpuperf.explain.model import HOST_TIME_KEYS, CallAccesses, ExplainedStep, Explanation, HostTime, Throughput
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.vocabulary import KernelClass
-from pygpuperf.core.results import Finding
 
 # The comparison is trusted when named categories carry at least this share of the delta.
 NAMED_SHARE_GOAL = 0.80
@@ -79,8 +78,7 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
     throughput = Throughput.from_dict(doc["throughput"]) if doc.get("throughput") else None
     return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})), throughput,
                        {str(k): str(v) for k, v in doc.get("settings", {}).items()},
-                       [Finding(**f) for f in doc.get("findings", [])],
-                       [CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))])
+                       calls=[CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))])
 
 
 def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanation:

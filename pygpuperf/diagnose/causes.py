@@ -370,7 +370,7 @@ def graph_saving_us(kernels: int, idle: Idle, terms: CardTerms) -> float:
     graph's own gap at every kernel boundary. A stream pays at least its back-to-back gap at each boundary
     (the probes' period less an empty kernel's duration, 0.93 µs on an H200), however much of it the profile
     shows as idle: on an H200, 64 kernels with work back to back saved 0.7-1.0 µs per boundary replayed from a
-    graph (64 MB copies 1.5-1.6), memset nodes included (benchmarks/graph_boundaries.py), where the steps'
+    graph (64 MB copies 1.5-1.6), memset nodes included (docs/investigations.md), where the steps'
     profiles showed 0.3 to 1.5 µs of idle per boundary."""
     boundaries = max(kernels - 1, 0)
     idle_us = idle.host_bound_us + idle.launch_gap_us

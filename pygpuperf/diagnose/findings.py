@@ -10,7 +10,9 @@ that needs a setting nobody gave is left out rather than guessed.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from pygpuperf.analyze.conclude import HALF_RATE_RATIO
@@ -320,13 +322,35 @@ def _coverage(explanation: Explanation, kind: str) -> Finding | None:
         fix + "; until then the waterfall's other parts understate what the step could save.")
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the diagnosis says of an explained step, written once: the named causes of its median step (None
+    without the machine model it was explained against) and its findings, errors first."""
+
+    causes: causes.Causes | None
+    findings: tuple[Finding, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """explain.json's keys for it."""
+        return {"findings": [dataclasses.asdict(f) for f in self.findings],
+                **({"causes": self.causes.to_dict()} if self.causes is not None else {})}
+
+
 def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | None = None,
                      model: MachineModel | None = None) -> list[Finding]:
-    """Findings about the median step of `explanation`: errors first, then warnings, then notes.
+    """The findings of :func:`diagnose_step` (a list)."""
+    return list(diagnose_step(explanation, settings, model).findings)
+
+
+def diagnose_step(explanation: Explanation, settings: Mapping[str, Any] | None = None,
+                  model: MachineModel | None = None, *, step_causes: causes.Causes | None = None) -> Diagnosis:
+    """The causes and findings of the median step of `explanation`: errors first, then warnings, then notes.
 
     `settings` (the workload's params) enable the findings that depend on a switch
     (cudnn.benchmark, TF32, memory format, batch size); `model` (the roofline the step
-    was explained against) the ones that depend on the card (FP32-accumulate rate).
+    was explained against) the ones that depend on the card (FP32-accumulate rate) and the causes.
+    `step_causes`, causes already named on this step, are taken as they are (the findings again, after
+    --try-fixes measured their fixes, without naming the causes twice).
     """
     step = explanation.median
     records, timeline = step.kernels, step.timeline
@@ -337,10 +361,9 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
     # launches, no device to wait on, no cuDNN, no TF32 or tensor cores to advise.
     kind = words.kind_of(explanation.device)
     gpu = kind == words.GPU and bool(records)
-    found_causes = None
-    if model is not None:
+    found_causes = step_causes
+    if found_causes is None and model is not None:
         found_causes = causes.step_causes(records, timeline, model, explanation.calls, settings, explanation.device)
-        explanation.causes = found_causes
     # Each finding with the cause ids (prefixes) it already speaks for: their fixes are attached to it.
     built: list[tuple[Finding | None, tuple[str, ...]]] = [
         (_self_check(step, kind), ()),
@@ -362,7 +385,7 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
         for t in explanation.fixes:
             trials.setdefault(t.name, t)  # the first trial of a name, as the fix list reads
         found = _with_causes(pairs, found_causes, kind, trials)
-    return sorted(found, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))
+    return Diagnosis(found_causes, tuple(sorted(found, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))))
 
 
 LAYOUT_CAUSES = "layout."  # the layout finding names each of these causes with its advice

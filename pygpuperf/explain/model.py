@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pygpuperf.analyze.kernel_time import Access
-from pygpuperf.core.results import Finding, Stats
+from pygpuperf.core.results import Stats
 from pygpuperf.core.vocabulary import KernelClass, Phase
 
 # Where explain.json keeps each HostTime of an Explanation: its field, then the document's key for each of
@@ -190,9 +190,7 @@ class Explanation:
     unknown_ops: dict[str, float] = field(default_factory=dict)  # op -> kernel time (us) with no cost formula
     throughput: Throughput | None = None  # timed without the profiler
     settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
-    findings: list[Finding] = field(default_factory=list)  # pygpuperf.diagnose.findings, once computed
     calls: list[CallAccesses] = field(default_factory=list)  # the traced step's op calls (KernelRecord.call)
-    causes: Any = None  # pygpuperf.diagnose.causes.Causes of the median step, once findings are computed
     fixes: list[Any] = field(default_factory=list)  # pygpuperf.trials.fixes.FixTrial: --try-fixes, measured
     norm_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.norms.NormTiming: each batch-norm
     # shape of the step timed per dtype (--try-fixes)
@@ -213,7 +211,6 @@ class Explanation:
             "device": self.device,
             "settings": self.settings,
             "throughput": self.throughput.to_dict() if self.throughput else None,
-            "findings": [dataclasses.asdict(f) for f in self.findings],
             "median_step": step.index,
             "step_wall_us": [s.timeline.wall_us for s in self.steps],
             "timeline": dataclasses.asdict(step.timeline),
@@ -224,7 +221,6 @@ class Explanation:
             "unknown_ops_us": self.unknown_ops,
             "kernels": [dataclasses.asdict(r) for r in step.kernels],
             "calls": _numbered_storages(self.calls),
-            **({"causes": self.causes.to_dict()} if self.causes is not None else {}),
             **({"fixes": [f.to_dict() for f in self.fixes]} if self.fixes else {}),
             **({"batch_norm_timing": [t.to_dict() for t in self.norm_timings]} if self.norm_timings else {}),
             **({"convolution_timing": [t.to_dict() for t in self.conv_timings]} if self.conv_timings else {}),

@@ -38,7 +38,7 @@ Usage:
         --target datasheet:a100-sxm4-80gb --target datasheet:rtx3090 --price a100-sxm4-80gb=1.8
     python -m pygpuperf.predict --profile explain.json --source-model results.json --batch-size 64
     python -m pygpuperf.predict --profile explain.json --source-model results.json \\
-        --validate benchmarks/prediction_validation.json
+        --validate benchmarks/reference/published/prediction_validation.json
 """
 
 from __future__ import annotations

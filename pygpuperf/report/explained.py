@@ -11,18 +11,24 @@ from typing import Any, Callable
 from pygpuperf.core import documents
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import explainer
-from pygpuperf.diagnose import findings
+from pygpuperf.diagnose import Diagnosis, findings
 from pygpuperf.trials import fixes
 from pygpuperf.explain.model import Explanation
 from pygpuperf.explain.model import KernelRecord
 from pygpuperf.report.explain_html import ExplainReport, write_explain_report
 
 
-def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
-    """explain.json (median step, waterfall, timeline, kernels) and kernels.csv."""
+def explain_document(explanation: Explanation, diagnosis: Diagnosis | None) -> dict[str, Any]:
+    """explain.json: the explained step's record, with its diagnosis' findings and causes."""
+    doc = explanation.to_dict()
+    return {**doc, **diagnosis.to_dict()} if diagnosis is not None else {**doc, "findings": []}
+
+
+def write_outputs(explanation: Explanation, out: Path, diagnosis: Diagnosis | None = None) -> list[Path]:
+    """explain.json (median step, waterfall, timeline, kernels, findings and causes) and kernels.csv."""
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "explain.json"
-    documents.write_document(json_path, explanation.to_dict(), "explain", "explain.json")
+    documents.write_document(json_path, explain_document(explanation, diagnosis), "explain", "explain.json")
     csv_path = out / "kernels.csv"
     columns = [f.name for f in dataclasses.fields(KernelRecord)]
     with csv_path.open("w", newline="", encoding="utf-8") as f:
@@ -34,17 +40,17 @@ def write_outputs(explanation: Explanation, out: Path) -> list[Path]:
     return [json_path, csv_path]
 
 
-def write_explained(explanation: Explanation, model: MachineModel | Any, out: Path,
+def write_explained(explanation: Explanation, diagnosis: Diagnosis, model: MachineModel | Any, out: Path,
                     echo: Callable[[str], None] = print, echo_findings: bool = True) -> ExplainReport:
     """Write everything about a diagnosed step (:func:`pygpuperf.diagnose.diagnose`) into `out`: explain.json
     (settings and findings included), kernels.csv, findings.json, waterfall.png/.svg, kernel_roofline.png/.svg
     and explain.html, with the charts' markup for report.html. `model` is the machine model or the Results
     holding it; `echo` gets the waterfall (and, with `echo_findings`, the findings) as text."""
     echo("\n".join(explainer.summary_lines(explanation) + fixes.fix_lines(explanation.fixes, explanation)
-                   + (findings.finding_lines(explanation.findings) if echo_findings else [])))
-    paths = write_outputs(explanation, out)
-    written, charts = write_explain_report(explanation, out, model)
+                   + (findings.finding_lines(diagnosis.findings) if echo_findings else [])))
+    paths = write_outputs(explanation, out, diagnosis)
+    written, charts = write_explain_report(explanation, out, model, diagnosis)
     paths += written
     path = out / "findings.json"
-    documents.write_document(path, [dataclasses.asdict(f) for f in explanation.findings], "findings", "findings.json")
+    documents.write_document(path, [dataclasses.asdict(f) for f in diagnosis.findings], "findings", "findings.json")
     return ExplainReport([*paths, path], charts)

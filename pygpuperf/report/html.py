@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from pygpuperf.diagnose import Diagnosis
 from pygpuperf.explain.model import Explanation
 from pygpuperf.facts import datasheets
 from pygpuperf.predict import Prediction
@@ -87,7 +88,8 @@ def _chart(charts: Mapping[str, str | None] | None, name: str, draw: Callable[[]
 def html_report(results: Results, overlays: Sequence[ChartPoint] = (), explanation: Explanation | None = None,
                 predictions: Sequence[Prediction | Mapping[str, Any]] = (),
                 charts: Mapping[str, str | None] | None = None,
-                explain_charts: Mapping[str, str | None] | None = None, prediction_svg: str | None = None) -> str:
+                explain_charts: Mapping[str, str | None] | None = None, prediction_svg: str | None = None,
+                diagnosis: Diagnosis | None = None) -> str:
     """The whole page as text. With the run's `explanation` (what explain.json holds) and
     `predictions` (prediction.json's documents), their sections follow the roofline, each saying
     which document it derives from. `charts` holds the page markup of charts drawn while their files
@@ -99,8 +101,8 @@ def html_report(results: Results, overlays: Sequence[ChartPoint] = (), explanati
     name = device.get("name", "device") if isinstance(device, dict) else "device"
     view = report_view(results, charts)
     view["roofline_svg"] = templating.svg(_chart(charts, "roofline", lambda: roofline_svg(results, overlays)))
-    view["explain"] = explain_view(explanation, results, source=EXPLAIN_DOCUMENT,
-                                   charts=explain_charts) if explanation else None
+    view["explain"] = explain_view(explanation, results, source=EXPLAIN_DOCUMENT, charts=explain_charts,
+                                   diagnosis=diagnosis) if explanation else None
     view["prediction"] = prediction_view(predictions, prediction_svg, PREDICTION_DOCUMENT) if predictions else None
     return templating.render("report.html.j2", title=f"pygpuperf: {name}", **view)
 
@@ -109,9 +111,10 @@ def write_html_report(results: Results, path: Path, overlays: Sequence[ChartPoin
                       explanation: Explanation | None = None,
                       predictions: Sequence[Prediction | Mapping[str, Any]] = (),
                       charts: Mapping[str, str | None] | None = None,
-                      explain_charts: Mapping[str, str | None] | None = None, prediction_svg: str | None = None) -> Path:
+                      explain_charts: Mapping[str, str | None] | None = None, prediction_svg: str | None = None,
+                      diagnosis: Diagnosis | None = None) -> Path:
     """Write report.html (or whatever `path` names); returns the path."""
     path = Path(path)
-    path.write_text(html_report(results, overlays, explanation, predictions, charts, explain_charts, prediction_svg),
-                    encoding="utf-8")
+    path.write_text(html_report(results, overlays, explanation, predictions, charts, explain_charts, prediction_svg,
+                                diagnosis), encoding="utf-8")
     return path

@@ -146,10 +146,10 @@ class Target:
     user_code: bool = False
 
 
-def _predictions(explanation: Explanation) -> dict[str, float]:
+def _predictions(found: causes.Causes | None) -> dict[str, float]:
     """Predicted step (µs) by fix name, from the causes' fixes (the largest saving of a name)."""
     out: dict[str, float] = {}
-    for c in (explanation.causes.items if explanation.causes is not None else ()):
+    for c in (found.items if found is not None else ()):
         if c.fix is not None:
             out[c.fix.trial] = min(out.get(c.fix.trial, float("inf")), c.fix.predicted_step_us)
     return out
@@ -163,10 +163,11 @@ class _Priced:
     explanation: Explanation
     model: MachineModel
     exclusive: list[float]
+    causes: causes.Causes | None = None  # the diagnosis' causes of the step, where it was diagnosed
 
     @staticmethod
-    def of(explanation: Explanation, model: MachineModel) -> "_Priced":
-        return _Priced(explanation, model, attribution.exclusive_times(explanation.median.kernels))
+    def of(explanation: Explanation, model: MachineModel, found: causes.Causes | None = None) -> "_Priced":
+        return _Priced(explanation, model, attribution.exclusive_times(explanation.median.kernels), found)
 
     @property
     def records(self) -> list[KernelRecord]:
@@ -244,7 +245,7 @@ def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRec
 def _cause_deltas(step: _Priced, trial: str) -> list[float] | None:
     """The saving of the cause whose fix `trial` applies (the largest saving of that name), spread over the
     cause's kernels by their exclusive time; None where no cause with kernels names it."""
-    causes_found = step.explanation.causes
+    causes_found = step.causes
     found = [c for c in (causes_found.items if causes_found is not None else ())
              if c.fix is not None and c.fix.trial == trial]
     if not found:
@@ -337,13 +338,14 @@ def _queued(priced: _Priced, deltas: Sequence[float],
 
 def predicted_step(explanation: Explanation, model: MachineModel, name: str, knobs: Mapping[str, str],
                    samples_per_step: int | None, by_cause: Mapping[str, float] | None = None,
-                   graph_fuses_optimizer: bool = False) -> float | None:
+                   graph_fuses_optimizer: bool = False, found: causes.Causes | None = None) -> float | None:
     """The step (µs) the kernel model predicts after fix `name`: a batch change re-priced at the new batch,
     else the causes' prediction of that fix, else a precision fix priced on the kernels it changes. A fix
     that keeps the host's work is replayed through the host's and device's queues where the step allows
     (:func:`_queued`), else its kernels' changes add up. A built-in workload captured in a graph also runs a
-    fused optimizer (`graph_fuses_optimizer`)."""
-    return _predicted(_Priced.of(explanation, model), name, knobs, samples_per_step, by_cause, graph_fuses_optimizer)
+    fused optimizer (`graph_fuses_optimizer`). `found` are the step's causes (:func:`pygpuperf.diagnose.diagnose`)."""
+    return _predicted(_Priced.of(explanation, model, found), name, knobs, samples_per_step, by_cause,
+                      graph_fuses_optimizer)
 
 
 def _predicted(step: _Priced, name: str, knobs: Mapping[str, str], samples_per_step: int | None,
@@ -358,7 +360,7 @@ def _predicted(step: _Priced, name: str, knobs: Mapping[str, str], samples_per_s
             return None
         deltas = _batch_deltas(step, int(knobs["batch_size"]) / samples_per_step)
         return _host_kept(step, wall + sum(deltas), deltas)
-    found = (by_cause if by_cause is not None else _predictions(explanation)).get(trial)
+    found = (by_cause if by_cause is not None else _predictions(step.causes)).get(trial)
     idle = explanation.median.timeline.idle
     if name == "cuda_graphs" and records and idle.sync_us <= 0:  # priced below a finding's share too
         found = wall - causes.graph_saving_us(len(records), idle, card_terms(model))
@@ -410,7 +412,7 @@ def _nhwc_deltas(step: _Priced) -> list[float] | None:
         return None
     timed = _first_ratio(families)
     deltas = _timed_deltas(step, timed)
-    found = step.explanation.causes
+    found = step.causes
     for cause in (found.items if found is not None else ()):
         if cause.id == causes.NCHW_NHWC:
             for i in cause.kernels:
@@ -671,14 +673,16 @@ def _apply(name: str, knobs: dict[str, str], target: Target, device: torch.devic
 
 def try_fixes(explanation: Explanation, model: MachineModel, target: Target, device: torch.device | str,
               only: Sequence[str] | None = None, baseline: Throughput | None = None,
-              measure: Callable[..., Throughput] | None = None) -> list[FixTrial]:
-    """Each fix of :data:`FIX_NAMES` (or `only`) applied and timed (see the module's note)."""
+              measure: Callable[..., Throughput] | None = None, found: causes.Causes | None = None
+              ) -> list[FixTrial]:
+    """Each fix of :data:`FIX_NAMES` (or `only`) applied and timed (see the module's note); `found`, the step's
+    causes (:func:`pygpuperf.diagnose.diagnose`), give the fixes' predictions."""
     device = torch.device(device)
     measure = measure or explainer.measure_throughput
     baseline = baseline or explanation.throughput
     base_us = baseline.step_us.median if baseline is not None else explanation.median.timeline.wall_us
     base_samples = baseline.samples_per_step if baseline is not None else None
-    predicted = _predictions(explanation)
+    predicted = _predictions(found)
     candidates = [(name, what, knobs, _waiver(name, knobs, explanation, target, device))
                   for name, what, knobs in _candidates(explanation, target) if not only or name in only]
     if explanation.host_at_batch_one is None and (_batch_of(explanation, target) or 0) > 1 and any(
@@ -694,7 +698,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
         if given is not None and explanation.host_at_batch_one and device.type != "cpu" and \
                 not explanation.median.syncs:  # the host's own pace at the step's batch
             explanation.host_at_batch = _host_pace(given, device)
-        run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given)
+        run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given, found)
         trials = [_trial(run, name, what, knobs, waiver) for name, what, knobs, waiver in candidates]
     for t in trials if given_left_flags else ():
         if t.status == "measured" and _FLAG_NOTE not in t.notes:
@@ -922,6 +926,7 @@ class _Run:
     base_us: float
     base_samples: int | None
     given: _Given | None
+    causes: causes.Causes | None = None
 
 
 def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str | None) -> FixTrial:
@@ -937,7 +942,8 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
             _time_library_ops(explanation, device, scale)
     elif waiver is None and device.type == "cuda" and name == "channels_last":
         _time_library_ops(explanation, device, layout=dtype_timing.NHWC)
-    priced = _Priced.of(explanation, model)  # after the timings above: the prediction and its notes share it
+    # After the timings above: the prediction and its notes share it.
+    priced = _Priced.of(explanation, model, run.causes)
     trial.predicted_step_us = _predicted(priced, name, knobs, base_samples, run.predicted,
                                          graph_fuses_optimizer(target))
     if trial.predicted_step_us is not None:

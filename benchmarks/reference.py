@@ -1,0 +1,530 @@
+"""The compact reference data under benchmarks/reference/, from which every documented table is generated.
+
+    python benchmarks/reference.py add --card CARD RUN_DIR [RUN_DIR ...]
+    python benchmarks/reference.py extract-archive
+
+add: compacts a fresh run into benchmarks/reference/ and records it in index.json. RUN_DIR holds a
+results.json (the main command's: it becomes the card's machine model) and/or explain.json files as
+`python -m pygpuperf.explain ... --out FOLDER` writes them (RUN_DIR/explain.json, RUN_DIR/*/explain.json or
+RUN_DIR/fixes/*/explain.json; each folder named by the explain command's arguments). A profile becomes
+profiles/CARD/CONFIGURATION.json.gz; the profile it replaces moves to profiles/CARD/earlier/ while it still
+holds the latest measurement of a fix, and is dropped otherwise. It exits 1 when the folder outgrows its budget.
+
+extract-archive: the one-off extraction from the raw archive of the project's first runs (benchmarks/results/,
+no longer tracked; every file is in the repository's history). It rewrites machines/, profiles/ and extracts/
+from that archive alone (published/ and tables/ stay), so it can go once the archive is gone.
+
+What a compact file keeps: a results.json without per-sample times, telemetry or sweep points (the machine
+model, the ceilings and their statistics stay; a machine model's run keeps the best variant of each probe
+only); an explain.json without its findings, causes and self-check (the current code recomputes them), its
+kernels' modelled FLOPs, bytes and bounds to 9 significant digits, gzip-compressed. Both stay valid documents of
+their schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import gzip
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+REFERENCE = Path(__file__).resolve().parent / "reference"
+ROOT = REFERENCE.parents[1]
+INDEX = REFERENCE / "index.json"
+BUDGET_BYTES = 5_000_000
+# Profile sets: the steps explained with --try-fixes (fix table, cause coverage, cross-card pairs), the steps
+# priced against published figures, and the steps priced at other batch sizes.
+FIXES, PUBLISHED, BATCH = "fixes", "published", "batch"
+# What a compact profile leaves out: the current code recomputes each of them from the rest.
+DROPPED_PROFILE_KEYS = ("findings", "causes", "self_check")
+ROUNDED_KERNEL_KEYS, ROUNDED_DIGITS = ("flops", "bytes", "bound_us", "fixed_us"), 9
+
+
+# --------------------------------------------------------------------------- reading and writing
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, gzip-compressed where its name ends in .gz."""
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
+def write_json_gz(path: Path, doc: Any) -> None:
+    """`doc` as gzip-compressed JSON; the same document gives the same bytes (no time stamp in the header)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buffer, mtime=0) as out:
+        out.write(json.dumps(doc, separators=(",", ":")).encode("utf-8"))
+    path.write_bytes(buffer.getvalue())
+
+
+def write_json(path: Path, doc: Any, dense: bool = False) -> None:
+    """`doc` as JSON, indented (or `dense`: no spaces, one line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, separators=(",", ":")) if dense else json.dumps(doc, indent=1)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def plain(path: Path) -> Iterator[Path]:
+    """An explain.json to hand to code that reads a path: `path` itself, or a .json.gz unpacked into a
+    temporary folder for as long as the block runs."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        yield path
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        unpacked = Path(folder) / "explain.json"
+        unpacked.write_bytes(gzip.decompress(path.read_bytes()))
+        yield unpacked
+
+
+def load_profile(path: Path):
+    """A profile (explain.json or .json.gz) as pygpuperf's Explanation, validated as the tools validate it."""
+    from pygpuperf.compare.explained import load_explanation
+
+    with plain(path) as p:
+        return load_explanation(p)
+
+
+def compact_profile(doc: dict) -> dict:
+    """An explain.json without what the current code recomputes, its kernels' modelled FLOPs, bytes and
+    bounds to ROUNDED_DIGITS significant digits (far below any difference a table shows)."""
+    doc = {k: v for k, v in doc.items() if k not in DROPPED_PROFILE_KEYS}
+    doc["kernels"] = [{k: _rounded(v) if k in ROUNDED_KERNEL_KEYS else v for k, v in r.items()}
+                      for r in doc.get("kernels", [])]
+    return doc
+
+
+def _rounded(value: Any) -> Any:
+    return float(f"{value:.{ROUNDED_DIGITS}g}") if isinstance(value, float) else value
+
+
+def compact_results(doc: dict, best_only: bool = False) -> dict:
+    """A results document without what only its charts and audits read: per-sample times, telemetry, sweep
+    points (the machine model keeps what the sweeps gave); `best_only` keeps only the best variant of each
+    probe on each backend (the ceilings a machine model is built from)."""
+    from pygpuperf.core.results import Results, best_per_backend
+
+    doc = dict(doc)
+    measurements = [m for m in doc["measurements"] if not m["name"].endswith(".sweep")]
+    if best_only:
+        loaded = Results.from_dict(dict(doc, measurements=measurements)).measurements
+        best = {id(m) for m, _ in best_per_backend(loaded)}
+        measurements = [d for d, m in zip(measurements, loaded) if id(m) in best]
+    doc["measurements"] = [dict(m, sample_seconds=[], telemetry=None) for m in measurements]
+    return doc
+
+
+# --------------------------------------------------------------------------- the index
+
+
+def load_index() -> dict:
+    if INDEX.is_file():
+        return json.loads(INDEX.read_text(encoding="utf-8"))
+    return {"machines": [], "profiles": [], "extracts": []}
+
+
+def save_index(index: dict) -> None:
+    for key in ("machines", "profiles", "extracts"):
+        index[key] = sorted(index.get(key, []), key=lambda e: (e.get("set", ""), e["card"], e["recorded"], e["file"]))
+    write_json(INDEX, index)
+
+
+def profiles_of(index: dict, which: str, card: str | None = None) -> list[dict]:
+    """The profiles of one set (FIXES, PUBLISHED, BATCH), oldest first."""
+    return sorted((e for e in index["profiles"] if e["set"] == which and card in (None, e["card"])),
+                  key=lambda e: (e["recorded"], e["file"]))
+
+
+def latest_profiles(index: dict, card: str) -> dict[str, dict]:
+    """Each configuration's latest --try-fixes profile on `card`."""
+    return {e["configuration"]: e for e in profiles_of(index, FIXES, card)}
+
+
+def cards(index: dict) -> list[str]:
+    return sorted({e["card"] for e in index["profiles"]} | {e["card"] for e in index["machines"]})
+
+
+def machine_model_entry(index: dict, card: str) -> dict | None:
+    """The card's measured machine model: its latest results.json kept as one."""
+    models = [e for e in index["machines"] if e["card"] == card and e.get("role") == "machine-model"]
+    return max(models, key=lambda e: e["recorded"]) if models else None
+
+
+def reference_size() -> int:
+    return sum(p.stat().st_size for p in REFERENCE.rglob("*") if p.is_file())
+
+
+# --------------------------------------------------------------------------- names
+
+
+def configuration_of(folder: str, settings: dict | None = None) -> str:
+    """A step's configuration from the folder its explain command wrote (named by its arguments, cut to 60
+    characters: "resnet50-train-amp_--memory-format_nchw_--try-fixes_amp") as those arguments without the
+    fixes and the profiled steps' count: "resnet50-train-amp --memory-format nchw"."""
+    key = re.sub(r"_--steps_\d+", "", folder.split("_--try-fixes")[0]).rstrip("_-")
+    head, *args = key.split("_--")
+    source = (settings or {}).get("source", "")
+    if source and re.sub(r"[/:. ,]", "_", source) == head:  # a user's step: its file and function
+        head = source
+    return " ".join([head] + ["--" + a.replace("_", " ") for a in args])
+
+
+def indexed(path: Path) -> dict | None:
+    """The index entry of a file in this folder (None for a file elsewhere)."""
+    path = Path(path).resolve()
+    if not path.is_relative_to(REFERENCE) or not INDEX.is_file():
+        return None
+    name = path.relative_to(REFERENCE).as_posix()
+    return next((e for key in ("machines", "profiles", "extracts") for e in load_index()[key] if e["file"] == name),
+                None)
+
+
+def slug(configuration: str) -> str:
+    """A file name for a configuration, without dots: "resnet50-train-amp--memory-format-nchw"."""
+    text = configuration.replace(" --", "--").replace(" ", "-")
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text).strip("_-")
+
+
+def git_commit(*args: str) -> str:
+    """Short hash from `git log` (`args`), or "" outside a git checkout."""
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = out.stdout.split()
+    return lines[-1] if out.returncode == 0 and lines else ""  # the oldest: the commit that added it
+
+
+def _utc(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _measured_fix_names(doc: dict) -> set[str]:
+    return {f["name"] for f in doc.get("fixes") or []}
+
+
+# --------------------------------------------------------------------------- add
+
+
+def _profile_entry(doc: dict, file: Path, card: str, device: str, configuration: str, recorded: str, run: str,
+                   commit: str, torch: str | None, which: str) -> dict:
+    return {"file": file.relative_to(REFERENCE).as_posix(), "set": which, "card": card, "device": device,
+            "configuration": configuration, "recorded": recorded, "run": run, "commit": commit, "torch": torch,
+            "fixes": [f["name"] for f in doc.get("fixes") or []], "settings": doc.get("settings", {})}
+
+
+def place_profile(index: dict, doc: dict, entry: dict) -> list[str]:
+    """Write a --try-fixes profile as its configuration's latest on its card (entry["file"] is set here);
+    the one it replaces moves to earlier/ while it still holds a fix no later run measured (a fix measured
+    twice in one run counts its worse measurement, so a run's profiles stay together), and goes otherwise.
+    Returns what it did, one line each."""
+    card, configuration = entry["card"], entry["configuration"]
+    done = []
+    same = [e for e in profiles_of(index, FIXES, card) if e["configuration"] == configuration]
+    newer = [e for e in same if e["recorded"] > entry["recorded"]]
+    name = slug(configuration)
+    if newer:  # an older run added after a newer one: it goes straight to earlier/
+        target = _free(REFERENCE / "profiles" / card / "earlier" / f"{name}_{entry['recorded'][:10]}.json.gz")
+    else:
+        target = REFERENCE / "profiles" / card / f"{name}.json.gz"
+    for e in same:
+        if e["file"] == target.relative_to(REFERENCE).as_posix() and not newer:
+            moved = _free(REFERENCE / "profiles" / card / "earlier" / f"{name}_{e['recorded'][:10]}.json.gz")
+            moved.parent.mkdir(parents=True, exist_ok=True)
+            (REFERENCE / e["file"]).rename(moved)
+            done.append(f"moved {e['file']} -> {moved.relative_to(REFERENCE).as_posix()}")
+            e["file"] = moved.relative_to(REFERENCE).as_posix()
+    write_json_gz(target, compact_profile(doc))
+    entry["file"] = target.relative_to(REFERENCE).as_posix()
+    index["profiles"].append(entry)
+    done.append(f"wrote {entry['file']}")
+    # Drop the earlier profiles whose every fix a later run of the configuration measured again.
+    runs = [e for e in profiles_of(index, FIXES, card) if e["configuration"] == configuration]
+    for e in runs:
+        later = set().union(*(set(r["fixes"]) for r in runs if r["run"] > e["run"]))
+        if later and not set(e["fixes"]) - later:
+            (REFERENCE / e["file"]).unlink(missing_ok=True)
+            index["profiles"].remove(e)
+            done.append(f"dropped {e['file']} (a later profile measured each of its fixes)")
+    return done
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def _free(path: Path) -> Path:
+    """`path`, or the first of path-2, path-3, ... (before its suffixes) that does not exist."""
+    stem, suffixes = path.name.split(".", 1)
+    n = 2
+    while path.exists():
+        path = path.with_name(f"{stem}-{n}.{suffixes}")
+        n += 1
+    return path
+
+
+def _run_profiles(run: Path) -> list[Path]:
+    found = [run / "explain.json", *sorted(run.glob("*/explain.json")), *sorted(run.glob("fixes/*/explain.json"))]
+    return [p for p in dict.fromkeys(found) if p.is_file()]
+
+
+def add(card: str, runs: list[Path]) -> int:
+    import torch
+
+    index = load_index()
+    commit = git_commit("rev-parse", "--short", "HEAD")
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # one run: this call
+    for run in runs:
+        if not run.is_dir():
+            print(f"{run}: no such folder", file=sys.stderr)
+            return 2
+        results = run / "results.json"
+        meta = {}
+        if results.is_file():
+            doc = json.loads(results.read_text(encoding="utf-8"))
+            meta = doc.get("meta", {})
+            recorded = meta.get("time_utc") or _utc(results.stat().st_mtime)
+            target = _free(REFERENCE / "machines" / f"{card}_{recorded[:10]}_results.json")
+            write_json(target, compact_results(doc, best_only=True), dense=True)
+            versions = meta.get("versions", {})
+            index["machines"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": card,
+                                      "device": (meta.get("device") or {}).get("name", ""), "role": "machine-model",
+                                      "recorded": recorded, "commit": commit, "torch": versions.get("torch"),
+                                      "driver": versions.get("driver")})
+            print(f"wrote {_shown(target)}")
+        device = (meta.get("device") or {}).get("name") or (torch.cuda.get_device_name() if torch.cuda.is_available()
+                                                            else card)
+        version = (meta.get("versions") or {}).get("torch") or torch.__version__
+        for path in _run_profiles(run):
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            configuration = configuration_of(path.parent.name if path.parent != run else run.name, doc.get("settings"))
+            entry = _profile_entry(doc, REFERENCE, card, device, configuration, _utc(path.stat().st_mtime), started,
+                                   commit, version, FIXES)
+            for line in place_profile(index, doc, entry):
+                print(line)
+    save_index(index)
+    size = reference_size()
+    print(f"benchmarks/reference/ holds {size / 1e6:.2f} MB (budget {BUDGET_BYTES / 1e6:.0f} MB); "
+          "python benchmarks/tables.py regenerates the tables")
+    if size > BUDGET_BYTES:
+        print("over budget: drop profiles/*/earlier/ files the tables can spare before committing", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --------------------------------------------------------------------------- extract-archive
+
+ARCHIVE = ROOT / "benchmarks" / "results"
+H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
+DEVICES = {H200: "NVIDIA H200", H100: "NVIDIA H100 80GB HBM3"}
+# The H200 runs of --try-fixes in the order they ran, from the first that timed each fix in windows
+# alternating with the step as given (earlier runs timed fixes one after another, some with the tracing
+# library still attached; they do not fit the budget and are left in the history).
+H200_FIX_RUNS = [f"2026-12-02_fixes{n}" for n in range(16, 29)] + [f"2026-12-03_fixes{n}" for n in range(29, 39)] \
+    + [f"2026-12-04_fixes{n}" for n in range(39, 56)] + ["2026-12-07_fixes56", "2026-12-07_fixes57"]
+H100_FIX_RUN = "nvidia-h100_2026-12-07_fixes58.tar.gz"
+MACHINES = {"nvidia-h200_2026-12-01_machine-model_results.json": "machine-model",
+            "nvidia-h200_2026-11-30_compute-transfers_results.json": "default-suite"}
+PUBLISHED_RUN = "nvidia-h200_2026-12-01_final_profiles.tar.gz"
+KERNEL_MODEL_RUN = "nvidia-h200_2026-12-01_kernel-model-data.tar.gz"
+BATCH_STEPS = {"resnet50-train-amp": 256, "gpt-100m-train": 16}
+PLAIN_LOOP = {(H200, "NVIDIA H200"): ["nvidia-h200_2026-12-01_plain-loop3.json",
+                                      "nvidia-h200_2026-12-01_plain-loop3_host-bound.jsonl"],
+              ("amd-epyc-2core", "AMD EPYC, 2 cores"): ["cpu-amd-epyc-2core_2026-12-01_plain-loop.json"]}
+# The archive's runs recorded torch's version in their results.json only: every H200 run of those days
+# recorded this one. The H100 run kept none.
+ARCHIVE_TORCH = {H200: "2.11.0+cu130", H100: None}
+
+
+def _added_by(name: str) -> str:
+    return git_commit("log", "--diff-filter=A", "--format=%h", "--", f"benchmarks/results/{name}")
+
+
+def _tar_explains(name: str) -> list[tuple[str, dict, str]]:
+    """(folder, explain.json, recorded) of every explain.json in an archived tarball, in member order."""
+    out = []
+    with tarfile.open(ARCHIVE / name) as tar:
+        for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            if member.isfile() and member.name.endswith("/explain.json"):
+                doc = json.loads(tar.extractfile(member).read())
+                out.append((member.name, doc, _utc(member.mtime)))
+    return out
+
+
+def _extract_fix_profiles(index: dict) -> None:
+    def put(tarball: str, card: str) -> None:
+        commit = _added_by(tarball)
+        found = [(m, doc, recorded) for m, doc, recorded in _tar_explains(tarball) if "/fixes/" in f"/{m}"]
+        started = min((recorded for _, _, recorded in found), default="")
+        for member, doc, recorded in sorted(found, key=lambda f: f[2]):
+            folder = member.split("/")[-2]
+            entry = _profile_entry(doc, REFERENCE, card, DEVICES[card], configuration_of(folder, doc.get("settings")),
+                                   recorded, started, commit, ARCHIVE_TORCH[card], FIXES)
+            for line in place_profile(index, doc, entry):
+                print(line)
+
+    for run in H200_FIX_RUNS:
+        put(f"nvidia-h200_{run}.tar.gz", H200)
+    put(H100_FIX_RUN, H100)
+
+
+def _extract_other_profiles(index: dict) -> None:
+    commit = _added_by(PUBLISHED_RUN)
+    runs = {}
+    with tarfile.open(ARCHIVE / PUBLISHED_RUN) as tar:
+        runs = json.loads(tar.extractfile("profiles/runs.json").read())
+    for member, doc, recorded in _tar_explains(PUBLISHED_RUN):
+        folder = member.split("/")[-2]
+        run = next((r for r in runs if r["name"] + "".join(f"_{k}-{v}" for k, v in r.get("knobs", {}).items())
+                    + f"-bs{r['batch']}" == folder), None)
+        if run is None or run["name"] == "llm_decode":  # not a figure's workload
+            continue
+        configuration = " ".join([run["name"], *(f"--{k.replace('_', '-')} {v}" for k, v in run.get("knobs", {}).items()),
+                                  f"--batch-size {run['batch']}"])
+        target = REFERENCE / "profiles" / H200 / PUBLISHED / f"{slug(configuration)}.json.gz"
+        write_json_gz(target, compact_profile(doc))
+        index["profiles"].append(_profile_entry(doc, target, H200, DEVICES[H200], configuration, recorded, recorded,
+                                                commit, ARCHIVE_TORCH[H200], PUBLISHED))
+        print(f"wrote {_shown(target)}")
+    commit = _added_by(KERNEL_MODEL_RUN)
+    for member, doc, recorded in _tar_explains(KERNEL_MODEL_RUN):
+        folder = member.split("/")[-2]
+        name, batch = folder.rsplit("-bs", 1)
+        if BATCH_STEPS.get(name) != int(batch):
+            continue
+        configuration = f"{name} --batch-size {batch}"
+        target = REFERENCE / "profiles" / H200 / BATCH / f"{slug(configuration)}.json.gz"
+        write_json_gz(target, compact_profile(doc))
+        index["profiles"].append(_profile_entry(doc, target, H200, DEVICES[H200], configuration, recorded, recorded,
+                                                commit, ARCHIVE_TORCH[H200], BATCH))
+        print(f"wrote {_shown(target)}")
+
+
+def _extract_measurements(index: dict) -> None:
+    """The measured values the tables need from raw files too large to keep."""
+    import pandas as pd
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from kernel_model_checks import read_ncu
+
+    # Unprofiled steps at each batch size, beside the batch profiles.
+    commit = _added_by(KERNEL_MODEL_RUN)
+    with tarfile.open(ARCHIVE / KERNEL_MODEL_RUN) as tar:
+        member = tar.getmember("kernel-model/runs/runs.json")
+        runs = json.loads(tar.extractfile(member).read())
+        recorded = _utc(member.mtime)
+        kept = ("name", "batch", "knobs", "step_ms", "p5_ms", "p95_ms", "cv", "steps")
+        steps = [{k: r[k] for k in kept if k in r} for r in runs if r["name"] in BATCH_STEPS and "error" not in r]
+        target = REFERENCE / "extracts" / "batch-steps.json"
+        write_json(target, steps)
+        index["extracts"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": H200, "device": DEVICES[H200],
+                                  "what": "unprofiled step time at each batch size", "recorded": recorded,
+                                  "commit": commit, "torch": ARCHIVE_TORCH[H200]})
+        # Nsight Compute's counters per kernel of the batch profiles' steps.
+        with tempfile.TemporaryDirectory() as folder:
+            for name, batch in BATCH_STEPS.items():
+                member = tar.getmember(f"kernel-model/ncu_{name}_bs{batch}.csv")
+                raw = Path(folder) / "ncu.csv"
+                raw.write_bytes(tar.extractfile(member).read())
+                frame: pd.DataFrame = read_ncu(raw)
+                target = REFERENCE / "extracts" / f"ncu_{name}--batch-size-{batch}.csv.gz"
+                buffer = io.BytesIO()
+                with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buffer, mtime=0) as out:
+                    out.write(frame.to_csv(index=False).encode("utf-8"))
+                target.write_bytes(buffer.getvalue())
+                index["extracts"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": H200,
+                                          "device": DEVICES[H200], "what": "Nsight Compute's DRAM and L2 bytes and "
+                                          f"time per kernel of the {name} step at batch {batch}",
+                                          "recorded": _utc(member.mtime), "commit": commit,
+                                          "torch": ARCHIVE_TORCH[H200]})
+    # The tool's step against a plain loop.
+    rows = []
+    sources = []
+    for (card, device), names in PLAIN_LOOP.items():
+        for name in names:
+            path = ARCHIVE / name
+            lines = path.read_text(encoding="utf-8")
+            found = ([json.loads(line) for line in lines.splitlines() if line.strip()] if name.endswith(".jsonl")
+                     else json.loads(lines))
+            kept = [r for r in found if "workload" in r and "ratio_tool_to_loop" in r]
+            rows += [dict(r, card=card, device=device) for r in kept]
+            sources.append(name)
+    target = REFERENCE / "extracts" / "plain-loop.json"
+    write_json(target, rows)
+    index["extracts"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": "nvidia-h200, amd-epyc-2core",
+                              "device": "NVIDIA H200; AMD EPYC, 2 cores",
+                              "what": "the tool's step time against a plain loop's, paired repeats",
+                              "recorded": "2026-12-01", "commit": ",".join(sorted({_added_by(s) for s in sources})),
+                              "torch": ARCHIVE_TORCH[H200]})
+
+
+def _extract_machines(index: dict) -> None:
+    for name, role in MACHINES.items():
+        doc = json.loads((ARCHIVE / name).read_text(encoding="utf-8"))
+        target = REFERENCE / "machines" / name
+        write_json(target, compact_results(doc, best_only=role == "machine-model"), dense=True)
+        versions = doc["meta"].get("versions", {})
+        index["machines"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": H200,
+                                  "device": doc["meta"]["device"]["name"], "role": role,
+                                  "recorded": doc["meta"]["time_utc"], "commit": _added_by(name),
+                                  "torch": versions.get("torch"), "driver": versions.get("driver")})
+        print(f"wrote {_shown(target)}")
+
+
+def _index_published(index: dict) -> None:
+    """The published figures (moved here from benchmarks/): when each file was added, and by which commit."""
+    for path in sorted((REFERENCE / "published").glob("*.json")):
+        added = git_commit("log", "--diff-filter=A", "--format=%h@%cs", "--",
+                           f"benchmarks/{path.name}", f"benchmarks/reference/published/{path.name}")
+        commit, _, day = added.partition("@")
+        index["extracts"].append({"file": path.relative_to(REFERENCE).as_posix(), "card": "published",
+                                  "device": "the cards each figure names", "what": "published throughput figures "
+                                  "with their sources", "recorded": day, "commit": commit, "torch": None})
+
+
+def extract_archive() -> int:
+    if not ARCHIVE.is_dir():
+        print(f"{ARCHIVE}: the raw archive is not here (it is in the repository's history)", file=sys.stderr)
+        return 2
+    for folder in ("machines", "profiles", "extracts"):
+        shutil.rmtree(REFERENCE / folder, ignore_errors=True)
+    index = {"machines": [], "profiles": [], "extracts": []}
+    _extract_machines(index)
+    _extract_fix_profiles(index)
+    _extract_other_profiles(index)
+    _extract_measurements(index)
+    _index_published(index)
+    save_index(index)
+    print(f"benchmarks/reference/ holds {reference_size() / 1e6:.2f} MB")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("add", help="compact a fresh run into benchmarks/reference/")
+    a.add_argument("--card", required=True, help="the card's name in the reference, e.g. nvidia-h100-80gb-hbm3")
+    a.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR")
+    sub.add_parser("extract-archive", help="the one-off extraction from benchmarks/results/")
+    args = parser.parse_args(argv)
+    if args.command == "add":
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", args.card):
+            parser.error(f"--card {args.card!r}: lower-case letters, digits, '.', '_' and '-' only")
+        return add(args.card, args.runs)
+    return extract_archive()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
