@@ -30,7 +30,7 @@ def gloo():
 
 
 def test_gloo_measures_every_op_and_size_verified(gloo):
-    assert [(m.name, int(m.params["size_bytes"])) for m in gloo] == [
+    assert [(m.name, m.quantities.size_bytes) for m in gloo] == [
         (f"collective.{op}", size) for op in OPS for size in SMALL]
     for m in gloo:
         assert m.status == "ok" and m.verified and m.usable, m.verify_detail
@@ -38,21 +38,21 @@ def test_gloo_measures_every_op_and_size_verified(gloo):
         assert m.backend == "torch-cpu" and m.device == "cpu x2" and m.unit == "GB/s"
         assert m.stats.n == len(m.sample_seconds) == FEW.samples
         assert all(s > 0 for s in m.sample_seconds)
-        p = m.params
-        assert (p["world_size"], p["hosts"], p["communication_backend"], p["dtype"]) == (2, 1, "gloo", "fp32")
+        p, q = m.params, m.quantities
+        assert (q.world_size, q.hosts, p["communication_backend"], p["dtype"]) == (2, 1, "gloo", "fp32")
         assert p["counting"] == "nccl-tests: algbw = S / t, busbw = algbw x factor"
 
 
 def test_gloo_figures_follow_nccl_tests_counting(gloo):
     for m in gloo:
         op = m.name.split(".")[1]
-        size, factor = int(m.params["size_bytes"]), bus_factor(op, 2)
+        size, factor = m.quantities.size_bytes, bus_factor(op, 2)
         assert m.bus_factor == factor
         # The bytes are the message size S; busbw is S / t times the bus factor; nothing is written.
         assert m.bytes_read == size and m.bytes_written == 0 and m.flops == 0
         assert m.value == pytest.approx(statistics.median(size * factor / s / 1e9 for s in m.sample_seconds))
-        assert m.value == pytest.approx(m.params["algbw_gbs"] * factor, rel=1e-5)  # busbw = algbw x factor
-        assert m.params["time_s"] == pytest.approx(statistics.median(m.sample_seconds), rel=1e-5)
+        assert m.value == pytest.approx(m.quantities.algbw_gbs * factor, rel=1e-5)  # busbw = algbw x factor
+        assert m.quantities.time_s == pytest.approx(statistics.median(m.sample_seconds), rel=1e-5)
 
 
 @pytest.mark.parametrize("n, all_reduce, gather", [(2, 1.0, 0.5), (4, 1.5, 0.75), (8, 1.75, 0.875)])
@@ -120,7 +120,7 @@ def test_bad_arguments_to_run_collectives():
 def _check_results_file(path, expected, world_size, launch):
     """`expected`: (op, S) of each measurement in order."""
     results = documents.load_results(path)  # validated against the schema
-    assert [(m.name, int(m.params["size_bytes"])) for m in results.measurements] == [
+    assert [(m.name, m.quantities.size_bytes) for m in results.measurements] == [
         (f"collective.{op}", size) for op, size in expected]
     ops = {op for op, _ in expected}
     for m in results.measurements:
@@ -201,8 +201,8 @@ def test_nccl_on_two_gpus():
         assert m.verified, m.verify_detail
         assert m.backend == "torch-cuda" and m.device == "cuda x2"
         assert m.params["communication_backend"] == "nccl"
-        assert m.value == pytest.approx(m.params["algbw_gbs"] * m.bus_factor, rel=1e-5)
-    large = [m for m in ms if m.params["size_bytes"] == 64 * MiB]
+        assert m.value == pytest.approx(m.quantities.algbw_gbs * m.bus_factor, rel=1e-5)
+    large = [m for m in ms if m.quantities.size_bytes == 64 * MiB]
     assert all(m.value > 1.0 for m in large), [(m.name, m.value) for m in large]  # GB/s: any GPU link does this
     poisoned = run_collectives("cuda", 2, OPS, [MiB], settings=RunSettings(warmup=0, samples=2, poison_after_runs=True))
     assert not any(m.verified for m in poisoned)

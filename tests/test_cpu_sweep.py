@@ -182,13 +182,13 @@ def test_cli_quick_sweep_writes_series_chart_and_derived_l1(tmp_path: Path):
     # What the CLI wrote is exactly what the analysis derives from the points it wrote.
     again = hierarchy.derive_cache_measurements(points, results.meta["device"])
     assert [(m.name, m.value) for m in derived] == [(m.name, m.value) for m in again]
-    levels = hierarchy.detect_levels([float(m.params["footprint_bytes"]) for m in points], [m.value for m in points])
+    levels = hierarchy.detect_levels([float(m.quantities.footprint_bytes) for m in points], [m.value for m in points])
     if len(levels) < 2:
         pytest.skip(f"sweep too noisy on this machine right now to find a knee: {[round(m.value) for m in points]}")
     l1 = next(m for m in derived if m.name == "memory.l1.read")
     assert l1.verified and l1.unit == "GB/s" and l1.value > 0
     # Where the knee lands depends on the machine (and on its load); it lies inside the sweep.
-    windows = [int(m.params["window_bytes"]) for m in points]
+    windows = [m.quantities.window_bytes for m in points]
     assert min(windows) <= float(l1.params["capacity_per_worker_bytes"]) <= max(windows)
     assert results.machine_model.memory["l1"].source == "memory.l1.read"
     assert "memory.l1.read" in proc.stdout and "sweep plateau" in proc.stdout

@@ -227,7 +227,7 @@ def test_bandwidth_against_bytes_per_kernel(device_meta):
     large = backend.measure("memory.size.sweep", GPU, settings, f"hbm.copy.{256 << 20}")
     for m in (small, large):
         assert m.verified, m.verify_detail
-        assert m.bytes_read == m.bytes_written == int(m.params["bytes"])
+        assert m.bytes_read == m.bytes_written == m.quantities.bytes
     assert small.value < 0.5 * large.value
     peak = peaks.theoretical_peak("memory.hbm.copy", device_meta)
     assert peak is not None and large.value <= peak.value * 1.02

@@ -124,7 +124,7 @@ def _check_copy(m, size: int, directions: int = 1) -> None:
     assert m.verified, m.verify_detail
     assert m.backend == "torch-cuda" and m.value > 0 and m.stats.n == FEW.samples
     copies = copies_per_run(size)
-    assert m.params["bytes"] == size and m.params["copies_per_run"] == copies
+    assert m.quantities.bytes == size and m.quantities.copies_per_run == copies
     assert m.bytes_read == directions * size * copies and m.bytes_written == 0
     assert m.params["engine"] == "copy engine" and m.params["variant"]
 
@@ -143,7 +143,7 @@ def test_sized_host_transfers_verify(name, size):
 @pytest.mark.gpu
 def test_default_size_is_256_mib():
     m = backend.measure("transfer.h2d.pinned", GPU, RunSettings(warmup=1, samples=3))
-    assert m.verified and m.params["bytes"] == 256 * MiB and m.params["copies_per_run"] == 1
+    assert m.verified and m.quantities.bytes == 256 * MiB and m.quantities.copies_per_run == 1
 
 
 @pytest.mark.gpu

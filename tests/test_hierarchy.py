@@ -17,7 +17,7 @@ from pygpuperf.core import documents
 from pygpuperf.core import units
 from pygpuperf.analyze.hierarchy import Level, detect_levels
 from pygpuperf.report.sweep_chart import draw_sweep_chart, sweep_svg
-from pygpuperf.core.results import Measurement, Results
+from pygpuperf.core.results import Measurement, Quantities, Results
 from pygpuperf.analyze.machine_model import build_machine_model
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -254,16 +254,16 @@ def test_gpu_sweeps_give_l1_and_l2_reads():
     assert l1.value == pytest.approx(30000, rel=0.01) and l2.value == pytest.approx(11000, rel=0.01)
     assert l1.verified and l2.verified and l1.usable
     assert l1.params["derived_from"] == "memory.sweep" and l1.params["mode"] == "l1"
-    assert int(l1.params["workers"]) == H200_SMS
+    assert l1.quantities.workers == H200_SMS
     assert float(l1.params["capacity_per_worker_bytes"]) == pytest.approx(256 * KiB, rel=0.10)
-    assert float(l1.params["capacity_bytes"]) == pytest.approx(256 * KiB * H200_SMS, rel=0.10)
-    assert float(l2.params["capacity_bytes"]) == pytest.approx(50 * MiB, rel=0.10)
+    assert l1.quantities.capacity_bytes == pytest.approx(256 * KiB * H200_SMS, rel=0.10)
+    assert l2.quantities.capacity_bytes == pytest.approx(50 * MiB, rel=0.10)
     # Statistics, samples and byte counts are the plateau's median point's.
     source = next(m for m in points if m.params["variant"] == l1.params["source_variant"])
     assert l1.stats == source.stats and l1.sample_seconds == source.sample_seconds
     assert l1.bytes_read == source.bytes_read and l1.unit == "GB/s"
     assert int(l1.params["plateau_points"]) >= 5
-    assert float(l1.params["plateau_first_bytes"]) == 4 * KiB * H200_SMS
+    assert l1.quantities.plateau_first_bytes == 4 * KiB * H200_SMS
 
 
 def test_l1_knee_holds_when_a_coarse_sweep_misses_the_l2_shoulder():
@@ -372,9 +372,11 @@ def test_latency_series_levels_rise():
 
 
 def test_chase_that_names_its_size_chain_bytes_is_a_series_too():
-    points = [dataclasses.replace(m, params={"chain_bytes": m.params["footprint_bytes"]}) for m in latency_points()]
+    points = [dataclasses.replace(m, params={"chain_bytes": str(m.quantities.footprint_bytes)}, quantities=Quantities())
+              for m in latency_points()]
+    assert all(m.quantities.footprint_bytes is None for m in points)
     (latency,) = hierarchy.sweep_series(points)["latency"]
-    assert latency["footprint_bytes"] == sorted(float(m.params["chain_bytes"]) for m in points)
+    assert latency["footprint_bytes"] == sorted(float(m.quantities.chain_bytes) for m in points)
 
 
 def test_cpu_latency_sweep_gives_named_latencies():
@@ -384,7 +386,7 @@ def test_cpu_latency_sweep_gives_named_latencies():
     assert [round(derived[n].value) for n in ("latency.l1", "latency.l2", "latency.l3", "latency.dram")] == \
         [1, 4, 12, 90]
     assert derived["latency.l1"].unit == "ns" and derived["latency.l1"].params["derived_from"] == "latency.sweep"
-    assert "capacity_bytes" not in derived["latency.dram"].params
+    assert derived["latency.dram"].quantities.capacity_bytes is None
     model = build_machine_model("cpu", list(derived.values()))
     assert set(model.latency) == {"l1", "l2", "l3", "dram"}
     assert hierarchy.capacity_checks(derived.values(), meta) == []  # capacities come from the bandwidth sweep

@@ -67,6 +67,30 @@ def test_json_round_trip_validates_and_preserves(tmp_path):
     assert len(csv_text.splitlines()) == 1 + len(r.measurements)
 
 
+def test_numeric_params_read_into_typed_quantities_and_write_back_unchanged(tmp_path):
+    doc = _results().to_dict()
+    m = doc["measurements"][0]
+    # Quantities among labels, in a probe's order; a size given as text and a fractional count are no quantities.
+    m["params"] = {"direction": "host to device", "bytes": 268435456, "copies_per_run": 1, "engine": "copy engine",
+                   "flop_per_byte": 0.25, "variant": "1024", "size_bytes": "ignored: in registers",
+                   "window_bytes": 4096.5, "workers": 132}
+    doc["measurements"][1]["params"] = {"flop_per_byte": 2, "precision": "fp32"}
+    text = json.dumps(doc, indent=2)
+    (tmp_path / "results.json").write_text(text)
+    loaded = documents.load_results(tmp_path / "results.json")
+    first, second = loaded.measurements[:2]
+    q = first.quantities
+    assert (q.bytes, q.copies_per_run, q.workers, q.flop_per_byte) == (268435456, 1, 132, 0.25)
+    assert type(q.bytes) is int and type(q.workers) is int and type(q.flop_per_byte) is float
+    assert type(second.quantities.flop_per_byte) is int  # an int stays an int: written back as 2, not 2.0
+    assert q.size_bytes is None and q.window_bytes is None
+    assert first.params == {"direction": "host to device", "engine": "copy engine", "variant": "1024",
+                            "size_bytes": "ignored: in registers", "window_bytes": 4096.5}
+    assert documents.to_json(loaded) == text  # same keys, same order, same numbers
+    documents.Checkpoint(tmp_path).write(loaded)
+    assert json.dumps(json.loads((tmp_path / "results.json").read_text()), indent=2) == text
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("{not json", "not valid JSON"),
     ('{"schema": "pygpuperf/1", "meta": {}, "measurements": [], "machine_model": null, "findings": [],'

@@ -349,21 +349,22 @@ def intensity_sweep_findings(measurements: list[Measurement], model: MachineMode
     """The mixbench-style sweep against the ceilings, per precision: its compute-bound end against
     the peak probe, its memory-bound end against the main-memory roof, and the ridge point the two
     ends imply against the model's."""
-    series: dict[str, list[Measurement]] = defaultdict(list)
+    series: dict[str, list[tuple[float, Measurement]]] = defaultdict(list)
     for m in measurements:
-        if m.name == "compute.sweep" and m.usable and m.flops > 0 and "flop_per_byte" in m.params:
-            series[m.params.get("variant", "").split(".", 1)[0]].append(m)
+        intensity = m.quantities.flop_per_byte
+        if m.name == "compute.sweep" and m.usable and m.flops > 0 and intensity:
+            series[str(m.params.get("variant", "")).split(".", 1)[0]].append((intensity, m))
     dram = model.dram_key()
     # The sweep reads and writes every byte once, so a copy stream is its memory roof.
     copies = [m for m in measurements if dram and m.name == f"memory.{dram}.copy" and m.usable]
     memory_gbs = max((m.value for m in copies), default=model.memory[dram].value if dram else 0.0)
     findings: list[Finding] = []
     for precision, points in sorted(series.items()):
-        points.sort(key=lambda m: float(m.params["flop_per_byte"]))
+        points.sort(key=lambda point: point[0])
         if len(points) < 3 or dram is None:
             continue
-        top = max(m.value for m in points)  # TFLOP/s at the compute-bound end
-        bandwidth = max(m.value / float(m.params["flop_per_byte"]) * 1e3 for m in points)  # GB/s, memory-bound end
+        top = max(m.value for _, m in points)  # TFLOP/s at the compute-bound end
+        bandwidth = max(m.value / intensity * 1e3 for intensity, m in points)  # GB/s, memory-bound end
         measured_ridge = top * 1e3 / bandwidth
         ceiling = model.compute.get(f"cuda.{precision}")
         if ceiling is None:
@@ -399,7 +400,7 @@ def collective_findings(measurements: Sequence[Measurement]) -> list[Finding]:
     if wrong:
         findings.append(Finding(
             "error", f"{len(wrong)} collective measurement(s) delivered a wrong result, so their figures are not used.",
-            {f"{m.name} {m.params.get('size_bytes')} B": m.verify_detail for m in wrong},
+            {f"{m.name} {m.quantities.size_bytes} B": m.verify_detail for m in wrong},
             "Treat the interconnect, the driver or the communication library as suspect; rerun to see if it repeats."))
     failed = [m for m in measurements if m.status == "error"]
     if failed:

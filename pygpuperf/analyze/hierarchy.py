@@ -53,7 +53,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from pygpuperf.core.units import format_bytes
-from pygpuperf.core.results import Measurement, Stats
+from pygpuperf.core.results import Measurement, ParamValue, Stats
 
 SWEEP = "memory.sweep"
 LATENCY_SWEEP = "latency.sweep"
@@ -368,20 +368,10 @@ def _level_names(device_type: str, mode: str) -> tuple[str, ...]:
     return {"l1": ("l1",), "l2": ("l2",)}.get(mode, ())
 
 
-def _int_param(m: Measurement, key: str) -> int | None:
-    try:
-        return int(float(m.params[key]))
-    except (KeyError, ValueError):
-        return None
-
-
 def _footprint(m: Measurement) -> int | None:
     """Bytes a sweep point cycles through: footprint_bytes (a pointer chase may say chain_bytes)."""
-    for key in ("footprint_bytes", "chain_bytes"):
-        value = _int_param(m, key)
-        if value is not None:
-            return value
-    return None
+    q = m.quantities
+    return q.footprint_bytes if q.footprint_bytes is not None else q.chain_bytes
 
 
 def _sweep_groups(measurements: Iterable[Measurement], name: str) -> dict[tuple[str, str], list[Measurement]]:
@@ -435,8 +425,7 @@ def sweep_series(measurements: Iterable[Measurement]) -> dict[str, list[dict[str
                 "device_type": device_type,
                 "unit": unit,
                 "footprint_bytes": sizes,
-                "window_bytes": [float(_int_param(m, "window_bytes") or _footprint(m) or 0)
-                                 for m in points],
+                "window_bytes": [float(m.quantities.window_bytes or _footprint(m) or 0) for m in points],
                 "workers": [_workers(m) for m in points],
                 "value": values,
                 "verified": [m.verified for m in points],
@@ -448,10 +437,10 @@ def sweep_series(measurements: Iterable[Measurement]) -> dict[str, list[dict[str
 def _workers(m: Measurement) -> int:
     """Private windows the footprint is made of: footprint / window (1 for a shared window),
     else the probe's worker count, else 1."""
-    footprint, window = _footprint(m), _int_param(m, "window_bytes")
+    footprint, window = _footprint(m), m.quantities.window_bytes
     if footprint and window:
         return max(1, round(footprint / window))
-    return _int_param(m, "workers") or 1
+    return m.quantities.workers or 1
 
 
 # --------------------------------------------------------------------------- derived measurements
@@ -523,12 +512,18 @@ def derive_cache_measurements(measurements: Iterable[Measurement], device_meta: 
     return derived
 
 
+def _given(m: Measurement, key: str) -> ParamValue:
+    """A quantity of `m` as its params gave it: the number, else the text it held, else ""."""
+    value = getattr(m.quantities, key)
+    return value if value is not None else m.params.get(key, "")
+
+
 def _derived(name: str, level: Level, index: int, count: int, plateau: list[Measurement], mode: str,
              sweep: str) -> Measurement:
     """One plateau as a measurement of its own (see derive_cache_measurements)."""
     source = _median_point(plateau)
     workers = _workers(source)
-    unverified = [m.params.get("variant", m.params.get("footprint_bytes", "?")) for m in plateau if not m.verified]
+    unverified = [str(m.params.get("variant", m.quantities.footprint_bytes or "?")) for m in plateau if not m.verified]
     detail = (f"all {len(plateau)} plateau points verified" if not unverified else
               f"{len(unverified)} of {len(plateau)} plateau points not verified: {', '.join(unverified)}")
     params = {
@@ -536,21 +531,21 @@ def _derived(name: str, level: Level, index: int, count: int, plateau: list[Meas
         "mode": mode,
         "level_index": f"{index + 1} of {count}",
         "source_variant": source.params.get("variant", ""),
-        "window_bytes": source.params.get("window_bytes", ""),
-        "footprint_bytes": source.params.get("footprint_bytes", ""),
-        "plateau_first_bytes": str(int(level.first_size)),
-        "plateau_last_bytes": str(int(level.last_size)),
-        "plateau_points": str(level.points),
+        "window_bytes": _given(source, "window_bytes"),
+        "footprint_bytes": _given(source, "footprint_bytes"),
+        "plateau_first_bytes": int(level.first_size),
+        "plateau_last_bytes": int(level.last_size),
+        "plateau_points": level.points,
         "plateau_median": f"{level.bandwidth:.6g}",
-        "workers": str(workers),
+        "workers": workers,
     }
     if level.capacity is not None:
         params.update({
-            "capacity_bytes": str(int(round(level.capacity))),
-            "capacity_per_worker_bytes": str(int(round(level.capacity / workers))),
+            "capacity_bytes": int(round(level.capacity)),
+            "capacity_per_worker_bytes": int(round(level.capacity / workers)),
             # The range the knee is known to within (the gap of a sharp step, else the knee).
-            "capacity_low_bytes": str(int(round(level.capacity_low or level.capacity))),
-            "capacity_high_bytes": str(int(round(level.capacity_high or level.capacity))),
+            "capacity_low_bytes": int(round(level.capacity_low or level.capacity)),
+            "capacity_high_bytes": int(round(level.capacity_high or level.capacity)),
         })
     return Measurement(
         name=name,
@@ -643,14 +638,18 @@ def capacity_checks(measurements: Iterable[Measurement], device_meta: dict[str, 
             continue
         level = m.name.split(".")[1]
         expected, source, scope = _expected_capacity(level, device_meta)
-        workers = int(m.params.get("workers", "1")) if scope == "per worker" else 1
-        total, low, high = (float(m.params[k]) for k in ("capacity_bytes", "capacity_low_bytes", "capacity_high_bytes"))
+        q = m.quantities
+        if q.capacity_bytes is None or q.capacity_low_bytes is None or q.capacity_high_bytes is None:
+            continue  # the last plateau: main memory, no knee
+        workers = q.workers or 1
+        share = workers if scope == "per worker" else 1
+        total, low, high = float(q.capacity_bytes), float(q.capacity_low_bytes), float(q.capacity_high_bytes)
         checks.append(CapacityCheck(
             level=level, backend=m.backend, mode=m.params.get("mode", ""), scope=scope,
-            detected_bytes=total / workers, detected_low_bytes=low / workers, detected_high_bytes=high / workers,
+            detected_bytes=total / share, detected_low_bytes=low / share, detected_high_bytes=high / share,
             expected_bytes=expected, expected_source=source, bandwidth_gbps=m.value,
-            evidence={"workers": int(m.params.get("workers", "1")), "capacity_bytes": total,
-                      "plateau_bytes": [float(m.params["plateau_first_bytes"]), float(m.params["plateau_last_bytes"])],
+            evidence={"workers": workers, "capacity_bytes": total,
+                      "plateau_bytes": [float(q.plateau_first_bytes or 0), float(q.plateau_last_bytes or 0)],
                       "verified": m.verified},
         ))
     return checks

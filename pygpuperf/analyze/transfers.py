@@ -81,10 +81,7 @@ def fit_latency_bandwidth(sizes: Sequence[float], seconds: Sequence[float]) -> L
 
 def copy_time(m: Measurement) -> tuple[float, float] | None:
     """(payload bytes of one copy, median seconds of one copy) of a transfer measurement."""
-    try:
-        copies = float(m.params.get("copies_per_run", "1"))
-    except ValueError:
-        copies = 1.0
+    copies = float(m.quantities.copies_per_run or 1)
     copies = copies if copies > 0 else 1.0
     payload = (m.bytes_read + m.bytes_written) / copies
     run = [s for s in m.sample_seconds if s > 0]
@@ -306,7 +303,7 @@ def _host_bandwidth_findings(host: dict[int, list[Measurement]], facts: dict[str
             efficiency = best.value / rate
             evidence = {"gpu": index, "direction": direction, "measured_gbps": best.value, "theoretical_gbps": rate,
                         "efficiency": round(efficiency, 3), "link": label, "source": best.name, "backend": best.backend,
-                        "bytes": best.params.get("bytes")}
+                        "bytes": best.quantities.bytes}
             if efficiency < LINK_EFFICIENCY_FLOOR:
                 findings.append(Finding(
                     "warning",

@@ -154,7 +154,7 @@ def to_frame(results: Results) -> pd.DataFrame:
                 "value_per_watt": per_watt(m.value, m.telemetry),
                 "throttle_reasons": ";".join(m.telemetry.throttle_reasons) if m.telemetry else "",
                 "reason": m.reason,
-                "params": ";".join(f"{k}={v}" for k, v in sorted(m.params.items())),
+                "params": ";".join(f"{k}={v}" for k, v in sorted(m.document_params().items())),
             }
         )
     return pd.DataFrame(rows)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -150,6 +151,67 @@ def typed_params(params: dict[str, Any] | None) -> dict[str, ParamValue]:
     return {str(k): typed_param(str(k), v) for k, v in (params or {}).items()}
 
 
+@dataclass(frozen=True)
+class Quantities:
+    """The parameters the analysis reads as numbers, typed. results.json keeps them in `params` under
+    the same keys: a Measurement takes them out of the params it is given and writes them back
+    (Measurement.document_params). Unset where the probe does not declare one."""
+
+    bytes: int | None = None  # payload of one copy (transfers), or of one kernel (memory.size.sweep)
+    copies_per_run: int | None = None  # copies of `bytes` one timed run makes
+    size_bytes: int | None = None  # a collective's message size
+    footprint_bytes: int | None = None  # bytes a sweep point cycles through
+    window_bytes: int | None = None  # one worker's share of the footprint
+    chain_bytes: int | None = None  # a pointer chase's footprint
+    workers: int | None = None  # private windows a footprint is made of
+    # A cache level read off a sweep's plateau (pygpuperf.analyze.hierarchy): the knee and the range it
+    # is known to within, and the plateau's first and last footprints.
+    capacity_bytes: int | None = None
+    capacity_low_bytes: int | None = None
+    capacity_high_bytes: int | None = None
+    plateau_first_bytes: int | None = None
+    plateau_last_bytes: int | None = None
+    flop_per_byte: float | None = None  # the intensity a compute.sweep point was built for
+    time_s: float | None = None  # a collective's median time per operation
+    algbw_gbs: float | None = None  # a collective's message size over that time
+    world_size: int | None = None  # ranks of a collective
+    hosts: int | None = None
+
+    def as_params(self) -> dict[str, ParamValue]:
+        """The set ones, as results.json's params hold them."""
+        return {f.name: value for f in _QUANTITY_FIELDS if (value := getattr(self, f.name)) is not None}
+
+
+_QUANTITY_FIELDS = dataclasses.fields(Quantities)
+_QUANTITY_KEYS = frozenset(f.name for f in _QUANTITY_FIELDS)
+# Whole counts take ints only: a fraction of a byte or of a worker is no count, and stays a plain parameter.
+_WHOLE = frozenset(name for name, hint in typing.get_type_hints(Quantities).items() if int in typing.get_args(hint))
+
+
+def _quantity(key: str, value: Any) -> int | float | None:
+    """`value` as the number quantity `key` holds, or None where it is not one (text, a fraction for a
+    count, a non-finite real): such a value stays in params as it is, so documents round-trip unchanged."""
+    value = typed_param(key, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if key in _WHOLE:
+        return value if isinstance(value, int) else None
+    return value if math.isfinite(value) else None
+
+
+def split_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int | float]]:
+    """(the rest, the quantities) of a params mapping."""
+    rest: dict[str, Any] = {}
+    numbers: dict[str, int | float] = {}
+    for key, value in params.items():
+        number = _quantity(key, value) if key in _QUANTITY_KEYS else None
+        if number is None:
+            rest[key] = value
+        else:
+            numbers[key] = number
+    return rest, numbers
+
+
 @dataclass
 class Measurement:
     name: str
@@ -172,6 +234,24 @@ class Measurement:
     # The value is bytes / time x this: a collective's bus factor (nccl-tests' busbw from the message
     # size, pygpuperf.measure.collectives.bus_factor); 1 for everything else.
     bus_factor: float = 1.0
+    # The parameters the analysis reads as numbers; `params` keeps the labels and the other numbers.
+    quantities: Quantities = field(default_factory=Quantities)
+    # The document's order of the params' keys, quantities among them (so that a document reads back
+    # and writes out unchanged); filled from `params` when the measurement is made.
+    param_order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Quantities given among the params (as probes and documents give them) move to their fields.
+        self.param_order = tuple(dict.fromkeys((*self.param_order, *self.params)))
+        self.params, numbers = split_params(self.params)
+        if numbers:
+            self.quantities = dataclasses.replace(self.quantities, **numbers)
+
+    def document_params(self) -> dict[str, ParamValue]:
+        """The params as results.json holds them: the labels and the quantities, in the order given."""
+        numbers = self.quantities.as_params()
+        merged = {**self.params, **numbers}
+        return {key: merged[key] for key in dict.fromkeys((*self.param_order, *merged)) if key in merged}
 
     @staticmethod
     def from_samples(
@@ -455,8 +535,11 @@ def best_per_backend(measurements: Iterable[Measurement]) -> list[tuple[Measurem
 
 
 def measurement_dict(m: Measurement) -> dict[str, Any]:
-    """One measurement as results.json holds it."""
-    return _clean(dataclasses.asdict(m))
+    """One measurement as results.json holds it: the quantities among its params."""
+    d = dataclasses.asdict(m)
+    del d["quantities"], d["param_order"]
+    d["params"] = m.document_params()
+    return _clean(d)
 
 
 @dataclass
@@ -496,7 +579,7 @@ class Results:
             d["value"] = _num(d["value"])
             d["stats"] = Stats(**{k: _num(v) if k != "n" else v for k, v in d["stats"].items()})
             d["telemetry"] = Telemetry(**d["telemetry"]) if d.get("telemetry") else None
-            d["params"] = typed_params(d.get("params"))
+            d["params"] = typed_params(d.get("params"))  # its quantities move to their fields
             return Measurement(**d)
 
         def model(d: dict[str, Any] | None) -> MachineModel | None:

@@ -16,6 +16,7 @@ launched rank measures and rank 0 reports, on one host or many.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -421,7 +422,8 @@ def _measure_one(coll: _Collective, device: torch.device, settings: RunSettings,
         verify_detail=detail,
         bus_factor=factor,  # busbw = algbw x factor, the value
     )
-    m.params = {
+    # The params need the value (algbw = value / factor); replace() files their numbers as quantities.
+    return dataclasses.replace(m, params={
         "op": coll.function,
         "size_bytes": coll.size_bytes,
         "algbw_gbs": m.value / factor,  # median of per-sample S / t
@@ -432,8 +434,7 @@ def _measure_one(coll: _Collective, device: torch.device, settings: RunSettings,
         "dtype": "fp32",
         "timing": f"{timing}; each sample is the slowest rank's time",
         "counting": COUNTING,
-    }
-    return m
+    })
 
 
 # --------------------------------------------------------------------------- launching
@@ -477,7 +478,7 @@ def _measure_in_group(device: torch.device, ops: Sequence[str], sizes: Sequence[
         task = bar.add_task("collectives", total=len(ops) * len(sizes))
 
         def done(m: Measurement) -> None:
-            bar.update(task, advance=1, description=f"{m.name} {m.params.get('size_bytes', '')} B")
+            bar.update(task, advance=1, description=f"{m.name} {m.quantities.size_bytes or ''} B")
             if on_done is not None:
                 on_done(m)
 

@@ -411,17 +411,18 @@ def p2p_matrix(settings: RunSettings, budget_left_s: float) -> dict[str, Any]:
 def _collective_rows(measurements: Sequence[Measurement]) -> list[dict[str, Any]]:
     rows = []
     for m in measurements:
+        q = m.quantities
         rows.append({
             "op": m.name.split(".", 1)[1],
-            "size_bytes": int(m.params.get("size_bytes", 0) or 0),
+            "size_bytes": q.size_bytes or 0,
             "busbw_gbs": _finite(m.value),
-            "algbw_gbs": _finite(m.params.get("algbw_gbs")),
-            "time_s": _finite(m.params.get("time_s")),
+            "algbw_gbs": _finite(q.algbw_gbs),
+            "time_s": _finite(q.time_s),
             "cv": _finite(m.stats.cv),
             "status": m.status if m.status != "ok" or m.verified else "wrong",
             "reason": " ".join((m.reason or ("" if m.verified else m.verify_detail)).split())[:_REASON_CHARS],
-            "world_size": int(m.params.get("world_size", 0) or 0),
-            "hosts": int(m.params.get("hosts", 0) or 0),
+            "world_size": q.world_size or 0,
+            "hosts": q.hosts or 0,
             "communication_backend": str(m.params.get("communication_backend", "")),
         })
     return rows

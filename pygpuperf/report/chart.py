@@ -96,16 +96,13 @@ def _positive(value: float) -> bool:
 
 def probe_points(results: Results) -> list[ChartPoint]:
     """Verified sweep points that count both FLOPs and bytes (compute.sweep): one series per
-    (probe, precision, backend), at the intensity the probe declares in params['flop_per_byte']."""
+    (probe, precision, backend), at the intensity the probe declares (its flop_per_byte)."""
     points = []
     for m in results.measurements:
         nbytes = m.bytes_read + m.bytes_written
         if not (m.usable and is_series_point(m.name)) or m.unit != "TFLOP/s" or m.flops <= 0 or nbytes <= 0:
             continue
-        try:
-            intensity = float(m.params["flop_per_byte"])
-        except (KeyError, ValueError):
-            intensity = m.flops / nbytes
+        intensity = m.quantities.flop_per_byte or m.flops / nbytes
         precision = m.params.get("precision")
         label = f"{m.name} {precision} ({m.backend})" if precision else f"{m.name} ({m.backend})"
         points.append(ChartPoint(label, intensity, m.value, "probe"))

@@ -90,21 +90,17 @@ def summary_rows(results: Results) -> list[SummaryRow]:
 def _variant_label(m: Measurement) -> str:
     """Which variant a row's figure comes from: its name, else the transfer size it was swept at."""
     if "variant" in m.params:
-        return m.params["variant"]
-    size = m.params.get("size_bytes") or m.params.get("bytes")
-    try:
-        return format_bytes(float(size)) if size else ""
-    except ValueError:
-        return str(size)
+        return str(m.params["variant"])
+    size = m.quantities.size_bytes or m.quantities.bytes
+    if size:
+        return format_bytes(size)
+    return str(m.params.get("size_bytes") or m.params.get("bytes") or "")  # a size given as text
 
 
 def _derived_note(m: Measurement) -> str:
     """Where a derived figure came from, e.g. 'sweep plateau, knee 32 KiB/worker (64 KiB)'."""
-    try:
-        total, workers = float(m.params.get("capacity_bytes", "nan")), int(m.params.get("workers", "1"))
-    except ValueError:
-        return "sweep plateau"
-    if not math.isfinite(total):
+    total, workers = m.quantities.capacity_bytes, m.quantities.workers or 1
+    if total is None:
         return "sweep plateau"
     knee = format_bytes(total) if workers <= 1 else f"{format_bytes(total / workers)}/worker ({format_bytes(total)})"
     return f"sweep plateau, knee {knee}"
@@ -248,7 +244,9 @@ def collectives_table(measurements: Sequence[Measurement], title: str = "collect
             table.add_row(this_op, "-", "-", "-", "-", "-", "-", f"[dim]{m.status}[/dim] {escape(m.reason[:80])}")
             continue
         check = "[green]verified[/green]" if m.verified else "[bold red]WRONG[/bold red]"
-        table.add_row(this_op, format_bytes(float(m.params["size_bytes"])), _fmt(float(m.params["time_s"]) * 1e6),
-                      _fmt(float(m.params["algbw_gbs"])), _fmt(m.value),
+        q = m.quantities
+        table.add_row(this_op, format_bytes(q.size_bytes) if q.size_bytes is not None else "-",
+                      _fmt(q.time_s * 1e6) if q.time_s is not None else "-",
+                      _fmt(q.algbw_gbs) if q.algbw_gbs is not None else "-", _fmt(m.value),
                       f"{_fmt(m.stats.p5)}-{_fmt(m.stats.p95)}", f"{100 * m.stats.cv:.1f}%", check)
     return table
