@@ -40,7 +40,7 @@ from pygpuperf.core import documents
 from pygpuperf.trials import fixes
 from pygpuperf.workloads import WORKLOADS
 
-from reference import configuration_of, indexed, load_profile, read_json
+from reference import configuration_of, indexed, load_explained_profile, read_json
 
 AtClock = Callable[[float, float, float], float]  # (prediction, given MHz, fixed MHz) -> the prediction moved
 # A fix counts as clearly measured where its change is at least this many times its noise.
@@ -59,17 +59,17 @@ def _repredicted(path: Path, model) -> tuple[dict[str, float | None], AtClock]:
     """Each fix's prediction by the current kernel model (at the host's pace beside its windows, where that was
     timed), and the function moving a prediction from the given windows' clock to the fixed windows' on this
     profile (:func:`fixes.at_clock`)."""
-    e = load_profile(path)
+    e, trials = load_explained_profile(path)
     found = diagnose.explain_again(e, model).causes  # the causes give their fixes' predictions
     samples = e.throughput.samples_per_step if e.throughput else None
     built_in = e.settings.get("workload") in WORKLOADS  # its own graph build fuses the optimizer
     predictions = {}
-    for f in e.fixes:
+    for f in trials.fixes:
         host = fixes.windows_host(f)
         ran = "compile" if f.predicted_without_graphs_us is not None else f.name  # reduce-overhead without graphs
         with fixes.host_paced_at(e, host) if host else contextlib.nullcontext(e) as paced:
             predictions[f.name] = fixes.predicted_step(paced, model, ran, f.knobs, samples,
-                                                       graph_fuses_optimizer=built_in, found=found)
+                                                       graph_fuses_optimizer=built_in, found=found, timings=trials)
     return predictions, lambda predicted, given, fixed: fixes.at_clock(e, model, predicted, given, fixed)
 
 

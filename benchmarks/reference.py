@@ -91,10 +91,15 @@ def plain(path: Path) -> Iterator[Path]:
 
 def load_profile(path: Path):
     """A profile (explain.json or .json.gz) as pygpuperf's Explanation, validated as the tools validate it."""
-    from pygpuperf.compare.explained import load_explanation
+    return load_explained_profile(path)[0]
+
+
+def load_explained_profile(path: Path):
+    """A profile (explain.json or .json.gz) as pygpuperf's Explanation and its --try-fixes Trials."""
+    from pygpuperf.compare.explained import load_explained
 
     with plain(path) as p:
-        return load_explanation(p)
+        return load_explained(p)
 
 
 def compact_profile(doc: dict) -> dict:

@@ -8,6 +8,8 @@ from pygpuperf.core.results import Ceiling, MachineModel, Stats
 from pygpuperf.trials import attention, fixes
 from pygpuperf.compare import explained as compare
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
+from pygpuperf.report.explained import explain_document
+from pygpuperf.trials.record import Trials
 
 _NONE = [""] * 8
 
@@ -90,14 +92,14 @@ def test_a_batch_fix_prices_each_attention_phase_by_its_own_ratio(tmp_path):
     e = Explanation("cpu", [step], step, {}, Throughput(Stats.of([250.0] * 3), 8), {"batch_size": "8"})
     by_model = fixes.predicted_at_batch(e, model, 2.0)
     # Timed: the forward 1.5x at twice the batch (30 → 45 µs), the backward 1.75x (70 → 122.5 µs).
-    e.attention_timings = [attention.AttentionTiming([8, 4, 128, 32], [8, 4, 128, 32], True, True,
-                                                     {"fp32": 100.0, "fp32.forward": 30.0,
-                                                      "fp32@x2": 167.5, "fp32@x2.forward": 45.0})]
+    timed = Trials(attention_timings=(attention.AttentionTiming([8, 4, 128, 32], [8, 4, 128, 32], True, True,
+                                                                {"fp32": 100.0, "fp32.forward": 30.0,
+                                                                 "fp32@x2": 167.5, "fp32@x2.forward": 45.0}),))
     assert by_model != pytest.approx(250.0 + 50.0 + 75.0)
-    assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(250.0 + 50.0 + 75.0)
-    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    back = compare.load_explanation(tmp_path)  # validated against the schema
-    assert [t.to_dict() for t in back.attention_timings] == [t.to_dict() for t in e.attention_timings]
+    assert fixes.predicted_at_batch(e, model, 2.0, timed) == pytest.approx(250.0 + 50.0 + 75.0)
+    (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, timed), default=str))
+    _, back = compare.load_explained(tmp_path)  # validated against the schema
+    assert [t.to_dict() for t in back.attention_timings] == [t.to_dict() for t in timed.attention_timings]
 
 
 def test_grouped_query_attention_is_timed_with_its_own_key_heads():

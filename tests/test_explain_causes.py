@@ -84,7 +84,6 @@ def test_cpu_profile_gets_no_gpu_advice():
                k("memory_bound", 100, "aten::add", nbytes=1e5), k("memory_bound", 100, "aten::mul", nbytes=1e5)]
     e = explanation(records, Idle(host_bound_us=300.0), device="cpu")
     d_e = findings.diagnose_step(e, {"batch_size": "4"}, cpu_model())
-    found = list(d_e.findings)
     text = all_text(d_e)
     for word in ("CUDA", "TF32", "tensor core", "tensor-core", "cuDNN", "channels_last", "HBM", "kernel"):
         assert word not in text, word
@@ -233,7 +232,7 @@ def test_a_well_shaped_convolution_splits_its_excess_into_the_library_rate_and_t
 def _attention_step_compiled(module: str):
     """A step whose attention head copies are a cause, and a measured torch.compile trial (97 us)."""
     from pygpuperf.core.results import Stats
-    from pygpuperf.trials.fixes import FixTrial
+    from pygpuperf.trials.record import FixTrial, Trials
     from pygpuperf.explain.model import Throughput
 
     records = [k("tensor_gemm", 100, "aten::addmm", "fp16.acc32", 1e9, 1e6, "blocks.0.attn.qkv"),
@@ -241,19 +240,21 @@ def _attention_step_compiled(module: str):
     e = explanation(records)
     e.throughput = Throughput(Stats.of([140.0] * 3), 8)
     d_e = findings.diagnose_step(e, {"batch_size": "8"}, gpu_model())
-    e.fixes = [FixTrial("compile", "torch.compile", {"compile": "inductor"}, "measured", predicted_step_us=100.0,
-                        measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8, baseline_samples_per_step=8)]
-    return e, next(c for c in d_e.causes.items if c.id == "layout.attention_heads"), d_e
+    trials = Trials((FixTrial("compile", "torch.compile", {"compile": "inductor"}, "measured", predicted_step_us=100.0,
+                              measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8,
+                              baseline_samples_per_step=8),))
+    return e, next(c for c in d_e.causes.items if c.id == "layout.attention_heads"), d_e, trials
 
 
 def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
-    from pygpuperf.trials.fixes import FixTrial
+    from pygpuperf.trials.record import FixTrial, Trials
     from pygpuperf.report.explain_html import explain_html
 
-    e, layout, diagnosis = _attention_step_compiled("blocks.0.<script>attn")
-    e.fixes += [FixTrial("cuda_graphs", "CUDA graph of the step", {"cuda_graphs": "on"}, "failed",
-                          reason="RuntimeError: capture <failed>", notes=["a flag <was> put back"])]
-    page = explain_html(e, gpu_model(), diagnosis=diagnosis)
+    e, layout, diagnosis, compiled = _attention_step_compiled("blocks.0.<script>attn")
+    trials = Trials((*compiled.fixes, FixTrial("cuda_graphs", "CUDA graph of the step", {"cuda_graphs": "on"},
+                                               "failed", reason="RuntimeError: capture <failed>",
+                                               notes=["a flag <was> put back"])))
+    page = explain_html(e, gpu_model(), diagnosis=diagnosis, trials=trials)
     assert "capture &lt;failed&gt;<br><span class=\"note\">a flag &lt;was&gt; put back</span>" in page
     assert 'id="explain-causes"' in page and 'id="explain-fixes"' in page
     assert "<script" not in page and "&lt;failed&gt;" in page  # every document string goes through autoescape
@@ -261,9 +262,23 @@ def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
     assert '<td>torch.compile</td><td>measured</td><td class="num">0.14</td><td class="num">0.10</td>' in page
     assert "the host&#39;s own time per step" not in page  # nothing timed the host's pace here
     e.host_at_batch, e.host_at_batch_one = HostTime(19430.0, 2310.0), HostTime(17160.0)
-    page = explain_html(e, gpu_model(), diagnosis=diagnosis)
+    page = explain_html(e, gpu_model(), diagnosis=diagnosis, trials=trials)
     assert ("the host&#39;s own time per step, without the profiler: 19.43 ms at the step&#39;s batch, each step "
             "after a drain, 2.31 of it in the optimizer&#39;s step; 17.16 ms at batch 1.") in page
+
+
+def test_the_findings_after_try_fixes_say_what_the_trial_of_a_causes_fix_measured():
+    e, heads, diagnosis, trials = _attention_step_compiled("blocks.0.attn")
+
+    def heads_fix(d):
+        return next(c["fix"] for f in d.findings for c in f.evidence.get("causes", []) if c["id"] == heads.id)
+
+    assert "measured_step_us" not in heads_fix(diagnosis)  # diagnosed before the trials ran
+    again = diagnose.diagnose(e, gpu_model(), causes=diagnosis.causes, trials=trials.fixes)
+    assert again.causes is diagnosis.causes  # the causes already named, not named twice
+    fix = heads_fix(again)
+    assert fix["trial"] == "compile" and fix["measured_step_us"] == 97.0 and fix["trial_predicted_step_us"] == 100.0
+    assert any("Measured with --try-fixes (torch.compile): 0.10 ms" in f.suggestion for f in again.findings)
 
 
 def test_channels_last_prices_nchw_batch_norms_at_the_steps_own_streaming_efficiency():
@@ -315,9 +330,10 @@ def test_amp_halves_activation_traffic_outside_autocasts_fp32_list_and_not_for_a
 def test_a_cause_whose_fix_try_fixes_applies_as_compile_shows_the_measured_step():
     from pygpuperf.report.explain_html import explain_html
 
-    e, heads, diagnosis = _attention_step_compiled("blocks.0.attn")
+    e, heads, diagnosis, trials = _attention_step_compiled("blocks.0.attn")
     assert heads.fix.name == "remove_layout" and heads.fix.trial == "compile"
-    row = next(r for r in explain_html(e, gpu_model(), diagnosis=diagnosis).split("<tr>") if r.startswith("<td>Copies splitting"))
+    page = explain_html(e, gpu_model(), diagnosis=diagnosis, trials=trials)
+    row = next(r for r in page.split("<tr>") if r.startswith("<td>Copies splitting"))
     assert row.split("</tr>")[0].endswith('<td class="num">0.10</td>')  # the compile trial's measured step
 
 

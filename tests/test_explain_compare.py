@@ -178,17 +178,19 @@ def test_batch_norm_timings_load_back_in_either_form(tmp_path):
     """Every shape timed (a list) is what explain.json holds now; a file written when only the largest shape
     was timed holds one object, and loads as that one shape."""
     from pygpuperf.trials.norms import NormTiming
+    from pygpuperf.report.explained import explain_document
+    from pygpuperf.trials.record import Trials
 
     a, _ = runs()
-    a.norm_timings = [NormTiming([8, 32, 8, 8], True, True, {"fp16": 10.0, "bf16": 17.5}),
-                      NormTiming([8, 16, 4, 4], False, True, {"fp16": 1.0})]
-    doc = json.loads(json.dumps(a.to_dict(), default=str))
+    timed = Trials(norm_timings=(NormTiming([8, 32, 8, 8], True, True, {"fp16": 10.0, "bf16": 17.5}),
+                                 NormTiming([8, 16, 4, 4], False, True, {"fp16": 1.0})))
+    doc = json.loads(json.dumps(explain_document(a, None, timed), default=str))
     (tmp_path / "explain.json").write_text(json.dumps(doc))
-    back = compare.load_explanation(tmp_path)  # validated against the schema
-    assert [t.to_dict() for t in back.norm_timings] == [t.to_dict() for t in a.norm_timings]
+    _, back = compare.load_explained(tmp_path)  # validated against the schema
+    assert [t.to_dict() for t in back.norm_timings] == [t.to_dict() for t in timed.norm_timings]
     doc["batch_norm_timing"] = doc["batch_norm_timing"][0]
     (tmp_path / "explain.json").write_text(json.dumps(doc))
-    assert [t.shape for t in compare.load_explanation(tmp_path).norm_timings] == [[8, 32, 8, 8]]
+    assert [t.shape for t in compare.load_explained(tmp_path)[1].norm_timings] == [[8, 32, 8, 8]]
 
 # --------------------------------------------------------------------------- H200 ResNet-50 numbers
 

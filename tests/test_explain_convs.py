@@ -8,6 +8,8 @@ from pygpuperf.core.results import Ceiling, MachineModel
 from pygpuperf.compare import explained as compare
 from pygpuperf.trials import convs, dtype_timing, fixes
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Timeline, Waterfall
+from pygpuperf.report.explained import explain_document
+from pygpuperf.trials.record import Trials
 
 # A 3x3 convolution of 64 channels on 8x56x56 in NHWC, as the profiler records it.
 X, W = [8, 64, 56, 56], [64, 64, 3, 3]
@@ -86,26 +88,31 @@ def test_an_amp_dtype_fix_prices_each_convolution_by_its_own_shapes_time_in_the_
     without = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None)
     # The one rate for both dtypes: the kernel model alone sees no change.
     assert without == pytest.approx(100.0, rel=1e-6)
-    e.conv_timings = [_timing({"fp16": 10.0, "bf16": 12.0})]  # the second shape was not timed: the timed ratio
-    assert fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None) == pytest.approx(100.0 * 1.2)
-    e.conv_timings.append(_timing({"fp16": 4.0, "bf16": 3.0}, other, (2, 2)))
-    assert fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None) == pytest.approx(70.0 * 1.2 + 30.0 * 0.75)
+    one = Trials(conv_timings=(_timing({"fp16": 10.0, "bf16": 12.0}),))  # the second shape was not timed: the
+    # timed ratio
+    assert fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None, timings=one) == pytest.approx(100.0 * 1.2)
+    both = Trials(conv_timings=(*one.conv_timings, _timing({"fp16": 4.0, "bf16": 3.0}, other, (2, 2))))
+    assert fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None, timings=both) == pytest.approx(
+        70.0 * 1.2 + 30.0 * 0.75)
     # --try-fixes says what the prediction took from the timings (the build and timing are stand-ins here).
     from pygpuperf.core.results import Stats
     from pygpuperf.explain.model import Throughput
     from pygpuperf.workloads import BuiltWorkload
 
     target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 4, {}), lambda k: True, 4)
-    trial = fixes.try_fixes(e, model, target, "cuda", only=["amp"],
+    tried = fixes.try_fixes(e, model, target, "cuda", only=["amp"], timings=both,
                             measure=lambda step, device, samples, **_: Throughput(Stats.of([10.0 if samples == 1 else 110.0] * 3),
-                                                                             samples))[0]  # batch 1: 10 us
+                                                                             samples))  # batch 1: 10 us
+    trial = tried.fixes[0]
     assert trial.status == "measured" and trial.predicted_step_us == pytest.approx(70.0 * 1.2 + 30.0 * 0.75)
     assert "convolutions: 2 shapes timed in both dtypes on this device; the step's convolutions 0.10 → 0.11 ms " \
            "in bf16" in trial.notes
     # Written to explain.json and read back, the timings price the fix alike.
-    (tmp_path / "explain.json").write_text(__import__("json").dumps(e.to_dict()))
-    back = compare.load_explanation(tmp_path)
-    assert [t.to_dict() for t in back.conv_timings] == [t.to_dict() for t in e.conv_timings]
+    (tmp_path / "explain.json").write_text(__import__("json").dumps(explain_document(e, None, tried)))
+    back_e, back = compare.load_explained(tmp_path)
+    assert [t.to_dict() for t in back.conv_timings] == [t.to_dict() for t in both.conv_timings]
+    assert fixes.predicted_step(back_e, model, "amp", {"amp": "bf16"}, None, timings=back) == pytest.approx(
+        70.0 * 1.2 + 30.0 * 0.75)
 
 
 def test_an_fp32_steps_amp_fix_takes_the_timed_convolutions_ratio_instead_of_the_kernel_models_saving():
@@ -123,8 +130,8 @@ def test_an_fp32_steps_amp_fix_takes_the_timed_convolutions_ratio_instead_of_the
     found = findings.diagnose_step(e, {"amp": "none"}, model).causes
     by_model = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None, found=found)
     assert by_model < 200.0 - 50.0  # both kernels at twice the rate, by the kernel model
-    e.conv_timings = [_timing({"fp32": 10.0, "fp16": 6.0, "bf16": 9.0})]  # bf16 saves a tenth on this shape
-    timed = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None, found=found)
+    bf16_saves = Trials(conv_timings=(_timing({"fp32": 10.0, "fp16": 6.0, "bf16": 9.0}),))  # a tenth on this shape
+    timed = fixes.predicted_step(e, model, "amp", {"amp": "bf16"}, None, found=found, timings=bf16_saves)
     saved_on_conv = 200.0 - by_model - (200.0 - by_model) / 2  # the model's saving splits evenly over the two
     assert timed == pytest.approx(by_model + saved_on_conv - 10.0, rel=1e-6)
 
@@ -183,10 +190,11 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
     e = _step(records, "fp16")
     by_model = fixes.predicted_at_batch(e, model, 2.0)
     assert by_model > 190.0  # the kernel model doubles work this far above its bound
-    e.conv_timings = [_timing({"fp16": 10.0, "fp16@x2": 15.0})]  # the other shape takes the timed ones' ratio
-    assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(150.0)
-    e.conv_timings = [_timing({"fp16": 10.0, "bf16": 12.0})]  # timed in dtypes only: the kernel model prices it
-    assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(by_model)
+    at_both = Trials(conv_timings=(_timing({"fp16": 10.0, "fp16@x2": 15.0}),))  # the other shape takes the timed
+    # ones' ratio
+    assert fixes.predicted_at_batch(e, model, 2.0, at_both) == pytest.approx(150.0)
+    in_dtypes = Trials(conv_timings=(_timing({"fp16": 10.0, "bf16": 12.0}),))  # the kernel model prices it
+    assert fixes.predicted_at_batch(e, model, 2.0, in_dtypes) == pytest.approx(by_model)
     # --try-fixes times the step's shapes at both batches before the batch fix (stand-ins for the timing here).
     from pygpuperf.core.results import Stats
     from pygpuperf.explain.model import Throughput
@@ -209,15 +217,17 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
         return real_spacer(device, size)
 
     monkeypatch.setattr(fixes, "_spacer", spacer)
-    e.conv_timings, e.throughput = [], Throughput(Stats.of([100.0] * 3), 8)
+    e.throughput = Throughput(Stats.of([100.0] * 3), 8)
     target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 8, {}), lambda k: True, 8)
-    trial = fixes.try_fixes(e, model, target, "cuda", only=["batch_size"],
+    tried = fixes.try_fixes(e, model, target, "cuda", only=["batch_size"],
                             measure=lambda step, device, samples, **_: Throughput(Stats.of([10.0 if samples == 1 else 160.0] * 3),
-                                                                             samples))[0]
+                                                                             samples))
+    trial = tried.fixes[0]
     assert asked == [(("fp16",), 1.0), (("fp16",), 2.0)] * fixes.LIBRARY_ROUNDS
     # Released memory comes back in the same places: each round after the first times behind more held aside.
     assert behind[:2] == [0, 0] and len(set(behind)) == fixes.LIBRARY_ROUNDS and behind == sorted(behind)
     assert trial.predicted_step_us == pytest.approx(150.0)
+    assert [t.us for t in tried.conv_timings] == [{"fp16": 10.0, "fp16@x2": 15.0}]  # kept with the trials
     assert "convolutions: 1 shapes timed at batch 8 and 16 on this device; the step's convolutions 0.10 → 0.15 ms " \
            "at batch 16" in trial.notes
 
@@ -238,12 +248,11 @@ def test_a_channels_last_fix_prices_the_timed_convolutions_by_their_nhwc_time_an
     assert any(c.id == "layout.nchw_nhwc" for c in d_e.causes.items)
     cl = {"memory_format": "channels_last"}
     untimed = fixes.predicted_step(e, model, "channels_last", cl, None, found=d_e.causes)
-    e.conv_timings = [_timing({"fp32": 10.0, "fp32@nhwc": 6.0})]
-    timed = fixes.predicted_step(e, model, "channels_last", cl, None, found=d_e.causes)
+    faster = Trials(conv_timings=(_timing({"fp32": 10.0, "fp32@nhwc": 6.0}),))
+    timed = fixes.predicted_step(e, model, "channels_last", cl, None, found=d_e.causes, timings=faster)
     assert timed == pytest.approx(120.0 - 40.0 - 20.0) and timed != pytest.approx(untimed)
-    slower = [_timing({"fp32": 10.0, "fp32@nhwc": 13.0})]  # NHWC can be the slower layout for a shape
-    e.conv_timings = slower
-    assert fixes.predicted_step(e, model, "channels_last", cl, None, found=d_e.causes) == \
+    slower = Trials(conv_timings=(_timing({"fp32": 10.0, "fp32@nhwc": 13.0}),))  # NHWC can be the slower layout
+    assert fixes.predicted_step(e, model, "channels_last", cl, None, found=d_e.causes, timings=slower) == \
         pytest.approx(120.0 + 30.0 - 20.0)
 
 

@@ -17,6 +17,8 @@ from pygpuperf.explain import explainer
 from pygpuperf.trials import fixes
 from pygpuperf.explain.model import (ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Throughput, Timeline,
                                      Waterfall)
+from pygpuperf.report.explained import explain_document
+from pygpuperf.trials.record import Trials, trial_from_dict
 from pygpuperf.workloads import BuiltWorkload
 from pygpuperf.workloads.knobs import flag_state
 
@@ -50,7 +52,7 @@ def test_failing_fix_is_reported_not_raised_and_flags_are_restored():
         return BuiltWorkload(step=lambda: None, samples_per_step=batch or 4, params={})
 
     target = fixes.Target(build, lambda k: True, batch_size=4)
-    trials = fixes.try_fixes(_explanation(), _model(), target, "cpu", measure=_timed(120.0))
+    trials = fixes.try_fixes(_explanation(), _model(), target, "cpu", measure=_timed(120.0)).fixes
     by = {t.name: t for t in trials}
     assert by["batch_size"].status == "failed" and "out of patience" in by["batch_size"].reason
     assert by["compile"].status == "measured" or by["compile"].status == "failed"
@@ -69,7 +71,7 @@ def test_batch_fix_is_predicted_by_the_kernel_model():
     assert fixes.predicted_at_batch(e, _model(), 2.0) == 150.0 + 100.0
     build, measure, _ = _kinds_timed({"batch1": [100.0], "given": [150.0], "batch": [200.0]})
     trial = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cpu", only=["batch_size"],
-                            measure=measure)[0]
+                            measure=measure).fixes[0]
     assert trial.predicted_step_us == 250.0 and trial.measured_step_us == 200.0 and trial.samples_per_step == 8
     assert trial.speedup == (150.0 / 4) / (200.0 / 8)
 
@@ -128,7 +130,7 @@ def test_try_fixes_on_a_cpu_user_step_end_to_end(tmp_path):
     assert by["channels_last"]["status"] == "measured"  # make_step takes memory_format and the step has a conv
     assert by["tf32"]["status"] == "waived" and by["cuda_graphs"]["status"] == "waived"
     # The document stays valid against the schema and reads back with its trials.
-    loaded = compare.load_explanation(out)
+    _, loaded = compare.load_explained(out)
     assert {t.name for t in loaded.fixes} == set(by)
 
 
@@ -183,7 +185,7 @@ def test_reduce_overhead_is_the_compiled_step_as_graphs_and_compile_alone_where_
     for skips in (0, 2):
         monkeypatch.setattr(fixes, "_compiled", lambda step, mode: compiled(step, mode, skips))
         trial = fixes.try_fixes(_explanation("cuda:0"), m, target, "cuda", only=["compile_reduce_overhead"],
-                                measure=_timed(120.0))[0]
+                                measure=_timed(120.0)).fixes[0]
         assert trial.status == "measured" and trial.predicted_step_us == 90.0
         if skips:  # the step ran compiled, without graphs: predicted as that, and said so
             assert trial.predicted_without_graphs_us == 140.0 and "predicts 0.14 ms" in trial.notes[-1]
@@ -215,8 +217,9 @@ def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_host
     build, measure, ran = _kinds_timed({"batch1": [120.0], "tf32": [130.0], "given": [150.0]})
     e = _explanation("cuda:0")
     # On a CUDA device (no kernel runs here: the builds and the timings are stand-ins).
-    trials = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
-                             measure=measure)
+    tried = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
+                            measure=measure)
+    trials = tried.fixes
     assert ran[0] == "batch1" and e.host_at_batch_one.step_us == 120.0
     assert trials[0].measured_step_us == 130.0 and trials[0].predicted_step_us == 120.0
     # The fix is timed in windows alternating with the step as given: given, fixed, fixed, given, ...
@@ -227,11 +230,10 @@ def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_host
     # and, given the explanation, the host's own pace the predictions replayed (here the step at batch 1 only)
     e.host_at_batch = None
     assert fixes.fix_lines(trials, e)[-1] == "  the host's own time per step, without the profiler: 0.12 ms at batch 1"
-    e.fixes = trials
-    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    back = compare.load_explanation(tmp_path)  # and the schema takes both
-    assert back.host_at_batch_one == e.host_at_batch_one and back.fixes[0].paired_savings_us == [20.0] * 4
-    assert back.fixes[0].fixed_windows_us == [130.0] * 4
+    (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, tried), default=str))
+    back, back_trials = compare.load_explained(tmp_path)  # and the schema takes both
+    assert back.host_at_batch_one == e.host_at_batch_one and back_trials.fixes[0].paired_savings_us == [20.0] * 4
+    assert back_trials.fixes[0].fixed_windows_us == [130.0] * 4
     ran.clear()  # a graph alone changes the host's work: nothing to time at batch 1
     fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
                     only=["cuda_graphs"], measure=_timed(100.0))
@@ -251,7 +253,7 @@ def test_a_fix_on_a_step_whose_host_slows_down_is_measured_against_the_step_time
         return real(step, device, samples, **kw)
 
     before = flag_state()
-    trial = fixes.try_fixes(e, _model(), target, "cuda", only=["tf32"], measure=flagged)[0]
+    trial = fixes.try_fixes(e, _model(), target, "cuda", only=["tf32"], measure=flagged).fixes[0]
     # The given step's windows ran at 100, 110 (calls 1, 2), 120, 130; the fix's at 80, 90, 100, 110: each
     # window pair says 20 us saved, though the host slowed by 30 us over the run.
     assert trial.baseline_step_us - trial.measured_step_us == pytest.approx(20.0)
@@ -271,7 +273,7 @@ def test_each_window_keeps_the_clock_and_power_it_ran_at_and_the_fix_says_both_s
 
     e = _explanation("cuda:0")
     trial = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
-                            measure=measure)[0]
+                            measure=measure).fixes[0]
     assert trial.given_windows_mhz == [1785.0] * 4 and trial.fixed_windows_mhz == [1740.0] * 4
     assert trial.fixed_windows_w == [700.0] * 4
     clock = next(n for n in trial.notes if "in the given step's windows" in n)
@@ -284,15 +286,15 @@ def test_each_window_keeps_the_clock_and_power_it_ran_at_and_the_fix_says_both_s
     assert f"predicts {trial.predicted_at_fixed_clock_us / 1e3:.2f} ms" in trial.notes[-1]
     one_step = fixes._Windows([100.0], [90.0], [1965.0], [1950.0], [690.0], [700.0]).clock_note()
     assert one_step is not None and "below" not in one_step  # one 15 MHz step is within the clock's own jitter
-    e.fixes = [trial]
     e.throughput = Throughput(Stats.of([100.0] * 3), 4, sm_clock_mhz=1785.0, power_w=688.0,
                               clock_reasons=["software_power_cap"])
-    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    back = compare.load_explanation(tmp_path)  # the schema takes them
-    assert back.fixes[0].fixed_windows_mhz == [1740.0] * 4 and back.throughput.clock_reasons == ["software_power_cap"]
+    (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, Trials((trial,))), default=str))
+    back, back_trials = compare.load_explained(tmp_path)  # the schema takes them
+    assert back_trials.fixes[0].fixed_windows_mhz == [1740.0] * 4
+    assert back.throughput.clock_reasons == ["software_power_cap"]
     assert any("1,785 MHz" in line and "software power cap" in line for line in explainer.summary_lines(back))
     silent = fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
-                             only=["tf32"], measure=_timed(100.0))[0]
+                             only=["tf32"], measure=_timed(100.0)).fixes[0]
     assert silent.given_windows_mhz == [] and not any("MHz" in note for note in silent.notes)
     assert silent.predicted_at_fixed_clock_us is None
 
@@ -333,7 +335,7 @@ def test_a_given_step_rebuilt_off_its_explained_time_is_said_and_one_within_its_
         e = _explanation("cuda:0")
         e.throughput = explained
         return fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
-                               measure=measure_given_at(given_us))[0].notes
+                               measure=measure_given_at(given_us)).fixes[0].notes
 
     steady = Throughput(Stats.of([150.0] * 3), 4)  # explained at 150 us a step, CV 0
     assert any("ran 0.18 ms in these windows against 0.15 ms when explained (+20.0 %)" in n
@@ -360,16 +362,16 @@ def test_the_step_as_given_is_timed_again_after_the_fixes_to_show_the_drift():
         return build_kind(batch, knobs)
 
     target = fixes.Target(build, lambda k: True, batch_size=4, knobs={"amp": "none"})
-    trials = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["batch_size"], measure=measure)
+    trials = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["batch_size"], measure=measure).fixes
     assert built_knobs[0][0] == 1 and built_knobs[-1] == (4, {"amp": "none"})  # the last: the step as given
     assert [t.baseline_after_step_us for t in trials] == [165.0]
     drift = fixes.fix_lines(trials)[-1]
     assert "0.16 → 0.17 ms" in drift and "+3.1%" in drift
-    again = fixes.trial_from_dict(json.loads(json.dumps(trials[0].to_dict())))
+    again = trial_from_dict(json.loads(json.dumps(trials[0].to_dict())))
     assert again.baseline_after_step_us == 165.0
     # Nothing measured: nothing to compare, no second build.
     built_knobs.clear()
-    waived = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["tf32"], measure=measure)
+    waived = fixes.try_fixes(_explanation(), _model(), target, "cpu", only=["tf32"], measure=measure).fixes
     assert waived[0].status == "waived" and waived[0].baseline_after_step_us is None and not built_knobs
 
 
@@ -392,18 +394,18 @@ def test_an_amp_dtype_fix_prices_each_batch_norm_by_its_own_shapes_time_in_the_n
     e = Explanation("cuda:0", [step], step, {}, None, {"amp": "fp16"})
     without = fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None)
     big_timed = NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0, "bf16": 17.5})
-    e.norm_timings = [big_timed]  # the small shape was not timed: it takes the timed shapes' ratio
-    assert fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None) == pytest.approx(without + 120.0 * 0.75)
-    e.norm_timings = [big_timed, NormTiming(small, False, True, {"fp32": 3.0, "fp16": 1.0, "bf16": 1.2})]
-    assert fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None) == pytest.approx(
+    timed = Trials(norm_timings=(big_timed,))  # the small shape was not timed: it takes the timed shapes' ratio
+    assert fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None, timings=timed) == pytest.approx(
+        without + 120.0 * 0.75)
+    both = Trials(norm_timings=(big_timed, NormTiming(small, False, True, {"fp32": 3.0, "fp16": 1.0, "bf16": 1.2})))
+    assert fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, None, timings=both) == pytest.approx(
         without + 90.0 * 0.75 + 30.0 * 0.2)  # each shape by its own
     e.settings["amp"] = "bf16"
-    back = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None)
-    e.norm_timings = []
+    back = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None, timings=both)
     assert back == pytest.approx(fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) - 90.0 * (
         1 - 10.0 / 17.5) - 30.0 * (1 - 1.0 / 1.2))  # back to cuDNN's
-    e.norm_timings = [NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0})]  # bf16 failed its check
-    assert fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None) == pytest.approx(without)
+    failed = Trials(norm_timings=(NormTiming(big, True, True, {"fp32": 30.0, "fp16": 10.0}),))  # bf16 failed its check
+    assert fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, None, timings=failed) == pytest.approx(without)
 
 
 def test_a_batch_norm_timing_that_runs_out_of_memory_leaves_the_fixes_to_run(monkeypatch):
@@ -420,8 +422,8 @@ def test_a_batch_norm_timing_that_runs_out_of_memory_leaves_the_fixes_to_run(mon
     monkeypatch.setattr(norms, "time_batch_norm", lambda *a, **k: tried.append(a) or out_of_memory())
     # On a CUDA device (no kernel runs here: the build and the timing are stand-ins) the timing is tried.
     trials = fixes.try_fixes(e, _model(), target, "cuda", only=["batch_size", "amp"], measure=_timed(150.0))
-    assert tried and not e.norm_timings
-    assert {t.name: t.status for t in trials}["batch_size"] == "measured"
+    assert tried and not trials.norm_timings
+    assert {t.name: t.status for t in trials.fixes}["batch_size"] == "measured"
 
 
 class _SleepyOptimizer(torch.optim.Optimizer):
@@ -485,7 +487,7 @@ def test_the_hosts_pace_is_timed_again_beside_each_window_pair_and_the_fix_predi
     monkeypatch.setattr(fixes, "_predicted", predicted)
     e = _explanation("cuda:0")
     trial = fixes.try_fixes(e, _model(), fixes.Target(build_slowing, lambda k: True, 4), "cuda", only=["tf32"],
-                            measure=measure)[0]
+                            measure=measure).fixes[0]
     assert 2000.0 <= e.host_at_batch.step_us < 15000.0  # timed before the fixes, and left so
     assert len(trial.windows_host_step_us) == fixes.PAIRED["other"][0]
     assert all(us >= 20000.0 for us in trial.windows_host_step_us)
@@ -494,15 +496,14 @@ def test_the_hosts_pace_is_timed_again_beside_each_window_pair_and_the_fix_predi
     assert trial.predicted_at_windows_host_us == pytest.approx(1000.0 + beside)
     assert "beside these windows" in trial.notes[-1] and f"{trial.predicted_at_windows_host_us / 1e3:.2f} ms" in \
         trial.notes[-1]
-    e.fixes = [trial]
-    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    back = compare.load_explanation(tmp_path)  # the schema takes them
+    (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, Trials((trial,))), default=str))
+    _, back = compare.load_explained(tmp_path)  # the schema takes them
     assert back.fixes[0].windows_host_step_us == trial.windows_host_step_us
     # A step whose host pace was not timed (a step that syncs) times none beside its windows either.
     synced = _explanation("cuda:0")
     synced.median.syncs = [(10.0, 20.0)]
     quiet = fixes.try_fixes(synced, _model(), fixes.Target(build_slowing, lambda k: True, 4), "cuda", only=["tf32"],
-                            measure=measure)[0]
+                            measure=measure).fixes[0]
     assert quiet.windows_host_step_us == [] and quiet.predicted_at_windows_host_us is None
 
 

@@ -10,6 +10,8 @@ from pygpuperf.core.results import Ceiling, MachineModel, Stats
 from pygpuperf.compare import explained as compare
 from pygpuperf.trials import dtype_timing, fixes, matmuls
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
+from pygpuperf.report.explained import explain_document
+from pygpuperf.trials.record import Trials
 
 
 def _gemm(op="aten::mm", shapes=([64, 32], [32, 16]), strides=([32, 1], [1, 32]), precision="fp32",
@@ -68,13 +70,13 @@ def test_a_batch_fix_prices_a_timed_gemm_by_its_ratio_between_the_batches(tmp_pa
     step = ExplainedStep(0, [_gemm()], line, Waterfall(0.0, {}, 150.0, 0.0, 1.0), [])
     e = Explanation("cpu", [step], step, {}, Throughput(Stats.of([150.0] * 3), 64), {"batch_size": "64"})
     by_model = fixes.predicted_at_batch(e, model, 2.0)
-    e.matmul_timings = [matmuls.MatmulTiming("aten::mm", [[64, 32], [32, 16]], [False, True], False,
-                                             {"fp32": 10.0, "fp32@x2": 17.0})]
+    timed = Trials(matmul_timings=(matmuls.MatmulTiming("aten::mm", [[64, 32], [32, 16]], [False, True], False,
+                                                        {"fp32": 10.0, "fp32@x2": 17.0}),))
     assert by_model != pytest.approx(150.0 + 70.0)
-    assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(150.0 + 70.0)  # timed: 1.7x
-    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    back = compare.load_explanation(tmp_path)  # validated against the schema
-    assert [t.to_dict() for t in back.matmul_timings] == [t.to_dict() for t in e.matmul_timings]
+    assert fixes.predicted_at_batch(e, model, 2.0, timed) == pytest.approx(150.0 + 70.0)  # timed: 1.7x
+    (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, timed), default=str))
+    _, back = compare.load_explained(tmp_path)  # validated against the schema
+    assert [t.to_dict() for t in back.matmul_timings] == [t.to_dict() for t in timed.matmul_timings]
 
 
 def test_an_addmm_whose_bias_shape_was_not_recorded_is_not_timed_by_shape():
@@ -93,12 +95,12 @@ def test_a_channels_last_fix_times_no_gemm_and_a_batch_fix_does(monkeypatch):
     line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
     step = ExplainedStep(0, [_gemm()], line, Waterfall(0.0, {}, 100.0, 0.0, 1.0), [])
     e = Explanation("cpu", [step], step, {}, None, {})
-    fixes._time_library_ops(e, torch.device("cpu"), layout="nhwc")
+    fixes._time_library_ops(e, Trials(), torch.device("cpu"), layout="nhwc")
     assert sorted(asked) == [(1.0, ""), (1.0, ""), (1.0, ""), (1.0, "nhwc"), (1.0, "nhwc"), (1.0, "nhwc")]
     asked.clear()
     released = []  # how many timings had run at each release of the allocator's cached memory
     monkeypatch.setattr(fixes, "release_device_memory", lambda device: released.append(len(asked)))
-    fixes._time_library_ops(e, torch.device("cpu"), scale=2.0)
+    fixes._time_library_ops(e, Trials(), torch.device("cpu"), scale=2.0)
     assert len(asked) == 2 * len(fixes._LIBRARY_FAMILIES)  # the GEMMs too, at both batches
     assert released == list(range(len(asked)))  # each timing's operands in fresh memory, not the step's pools
 
@@ -120,10 +122,10 @@ def test_on_an_accelerator_each_variant_is_timed_in_turn_and_its_fastest_placeme
     line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
     step = ExplainedStep(0, [_gemm()], line, Waterfall(0.0, {}, 100.0, 0.0, 1.0), [])
     e = Explanation("cuda:0", [step], step, {}, None, {})
-    fixes._time_library_ops(e, torch.device("cuda"), scale=2.0)
+    timed = fixes._time_library_ops(e, Trials(), torch.device("cuda"), scale=2.0)
     assert asked == [1.0, 2.0] * fixes.LIBRARY_ROUNDS  # in turn, so that a drift of the card falls on both
-    assert e.matmul_timings[0].us == {"fp32": 10.0, "fp32@x2": 20.0}  # each variant's faster round
-    assert e.matmul_timings[0].ratio("fp32@x2", "fp32") == 2.0  # not 1.67 (the slow base) nor 2.3
+    assert timed.matmul_timings[0].us == {"fp32": 10.0, "fp32@x2": 20.0}  # each variant's faster round
+    assert timed.matmul_timings[0].ratio("fp32@x2", "fp32") == 2.0  # not 1.67 (the slow base) nor 2.3
     asked.clear()
-    fixes._time_library_ops(e, torch.device("cuda"), scale=2.0)
+    assert fixes._time_library_ops(e, timed, torch.device("cuda"), scale=2.0) == timed
     assert asked == []  # timed already

@@ -8,6 +8,8 @@ from pygpuperf.core.results import Ceiling, MachineModel, Stats
 from pygpuperf.compare import explained as compare
 from pygpuperf.trials import fixes, sums
 from pygpuperf.explain.model import ExplainedStep, Explanation, Idle, KernelRecord, Throughput, Timeline, Waterfall
+from pygpuperf.report.explained import explain_document
+from pygpuperf.trials.record import Trials
 
 
 def _sum(dims="[0]", shape=(16, 8), op="aten::sum"):
@@ -46,8 +48,8 @@ def _step_with_a_sum():
 def test_a_batch_fix_prices_a_timed_sum_by_its_ratio_between_the_batches(tmp_path):
     e, model = _step_with_a_sum()
     assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(150.0 + 100.0)  # by the model: it doubles
-    e.sum_timings = [sums.SumTiming([16, 8], [0], True, False, {"fp32": 10.0, "fp32@x2": 15.0})]
-    assert fixes.predicted_at_batch(e, model, 2.0) == pytest.approx(150.0 + 50.0)  # timed: 1.5x
-    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    back = compare.load_explanation(tmp_path)  # validated against the schema
-    assert [t.to_dict() for t in back.sum_timings] == [t.to_dict() for t in e.sum_timings]
+    timed = Trials(sum_timings=(sums.SumTiming([16, 8], [0], True, False, {"fp32": 10.0, "fp32@x2": 15.0}),))
+    assert fixes.predicted_at_batch(e, model, 2.0, timed) == pytest.approx(150.0 + 50.0)  # timed: 1.5x
+    (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, timed), default=str))
+    _, back = compare.load_explained(tmp_path)  # validated against the schema
+    assert [t.to_dict() for t in back.sum_timings] == [t.to_dict() for t in timed.sum_timings]

@@ -106,7 +106,7 @@ def test_add_files_a_run_by_card_and_configuration(scratch_reference, tmp_path):
     (entry,) = index["profiles"]
     assert entry["file"] == "profiles/test-card/dcgan-train.json.gz" and entry["configuration"] == "dcgan-train"
     assert entry["fixes"] == ["amp", "batch_size"] and entry["settings"]["workload"] == "dcgan-train"
-    loaded = reference.load_profile(reference.REFERENCE / entry["file"])  # still a valid explain.json
+    _, loaded = reference.load_explained_profile(reference.REFERENCE / entry["file"])  # still a valid explain.json
     assert [f.name for f in loaded.fixes] == ["amp", "batch_size"]
 
     # A later run of the configuration becomes its latest; the earlier one keeps the fix only it measured.

@@ -112,12 +112,14 @@ def run(argv: list[str] | None = None) -> int:
         with built:
             diagnosed = diagnose.explain_built(built, model, device, steps=args.steps)
         explanation, diagnosis = diagnosed.explanation, diagnosed.diagnosis
+        trials = None
         if args.try_fixes:
-            explanation.fixes = fixes.try_fixes(explanation, model, _fix_target(args, device, knobs, built), device,
-                                                only=_fix_names(args.try_fixes), found=diagnosis.causes)
+            trials = fixes.try_fixes(explanation, model, _fix_target(args, device, knobs, built), device,
+                                     only=_fix_names(args.try_fixes), found=diagnosis.causes)
             # The findings again with what the trials measured, on the causes already named.
-            diagnosis = diagnose.diagnose(explanation, model, causes=diagnosis.causes)
-        paths = explained.write_explained(explanation, diagnosis, model, folder.path, echo=_echo(args)).paths
+            diagnosis = diagnose.diagnose(explanation, model, causes=diagnosis.causes, trials=trials.fixes)
+        paths = explained.write_explained(explanation, diagnosis, model, folder.path, echo=_echo(args),
+                                          trials=trials).paths
     if args.json:
         sys.stdout.write(paths[0].read_text(encoding="utf-8") + "\n")
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)

@@ -27,6 +27,7 @@ from pygpuperf.core.vocabulary import Part
 from pygpuperf.explain.model import HOST_TIME_KEYS, CallAccesses, ExplainedStep, Explanation, HostTime, Throughput
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.vocabulary import KernelClass
+from pygpuperf.trials.record import Trials
 
 # The comparison is trusted when named categories carry at least this share of the delta.
 NAMED_SHARE_GOAL = 0.80
@@ -78,51 +79,27 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
     throughput = Throughput.from_dict(doc["throughput"]) if doc.get("throughput") else None
     return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})), throughput,
                        {str(k): str(v) for k, v in doc.get("settings", {}).items()},
-                       calls=[CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))])
+                       calls=[CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))],
+                       **{name: HostTime.from_doc(doc, keys) for name, keys in HOST_TIME_KEYS.items()})
 
 
-def _with_trials(explanation: Explanation, doc: Mapping[str, Any]) -> Explanation:
-    from pygpuperf.trials.fixes import trial_from_dict
-
-    explanation.fixes = [trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)]
-    for name, keys in HOST_TIME_KEYS.items():
-        setattr(explanation, name, HostTime.from_doc(doc, keys))
-    timed = doc.get("batch_norm_timing")
-    if timed:
-        from pygpuperf.trials.norms import NormTiming
-
-        # One shape (an object) in documents written before every shape was timed.
-        explanation.norm_timings = [NormTiming.from_dict(dict(t)) for t in ([timed] if isinstance(timed, Mapping)
-                                                                             else timed)]
-    if doc.get("convolution_timing"):
-        from pygpuperf.trials.convs import ConvTiming
-
-        explanation.conv_timings = [ConvTiming.from_dict(dict(t)) for t in doc["convolution_timing"]]
-    if doc.get("sum_timing"):
-        from pygpuperf.trials.sums import SumTiming
-
-        explanation.sum_timings = [SumTiming.from_dict(dict(t)) for t in doc["sum_timing"]]
-    if doc.get("matmul_timing"):
-        from pygpuperf.trials.matmuls import MatmulTiming
-
-        explanation.matmul_timings = [MatmulTiming.from_dict(dict(t)) for t in doc["matmul_timing"]]
-    if doc.get("attention_timing"):
-        from pygpuperf.trials.attention import AttentionTiming
-
-        explanation.attention_timings = [AttentionTiming.from_dict(dict(t)) for t in doc["attention_timing"]]
-    return explanation
-
-
-def load_explanation(path: str | Path) -> Explanation:
-    """explain.json, or a folder holding one, as an :class:`Explanation` (validated against
-    data/explain.schema.json; :class:`pygpuperf.core.documents.ResultsFileError` says why not)."""
+def load_explained(path: str | Path) -> tuple[Explanation, Trials]:
+    """explain.json, or a folder holding one, as its :class:`Explanation` and what --try-fixes measured of it
+    (:class:`~pygpuperf.trials.record.Trials`, empty where it ran none), validated against
+    data/explain.schema.json (:class:`pygpuperf.core.documents.ResultsFileError` says why not)."""
     from pygpuperf.core import documents
 
     path = Path(path)
     if path.is_dir():
         path = path / "explain.json"
     doc = documents.load_document(path, "explain", "explain.json")
-    return _with_trials(explanation_from_json(doc), doc)
+    return explanation_from_json(doc), Trials.from_doc(doc)
+
+
+def load_explanation(path: str | Path) -> Explanation:
+    """explain.json, or a folder holding one, as an :class:`Explanation` (:func:`load_explained` without the
+    trials)."""
+    return load_explained(path)[0]
 
 
 # --------------------------------------------------------------------------- comparison

@@ -8,21 +8,23 @@ waterfall part, evidence, words and fix) and what a person should know (findings
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from pygpuperf.core.results import Finding, MachineModel
 from pygpuperf.diagnose.causes import Causes
-from pygpuperf.diagnose.findings import Diagnosis, diagnose_step
+from pygpuperf.diagnose.findings import Diagnosis, Trial, diagnose_step
 from pygpuperf.explain import explainer
 from pygpuperf.explain.model import Explanation
 
 
-def diagnose(explanation: Explanation, model: MachineModel | None, *, causes: Causes | None = None) -> Diagnosis:
+def diagnose(explanation: Explanation, model: MachineModel | None, *, causes: Causes | None = None,
+             trials: Sequence[Trial] = ()) -> Diagnosis:
     """The causes (with `model`, the roofline the step was explained against) and findings of `explanation`'s
-    median step under its own settings. `causes` already named are kept (see :func:`diagnose_step`)."""
-    return diagnose_step(explanation, explanation.settings, model, step_causes=causes)
+    median step under its own settings. `causes` already named are kept, and the fixes --try-fixes tried
+    (`trials`) say what they measured (see :func:`diagnose_step`)."""
+    return diagnose_step(explanation, explanation.settings, model, step_causes=causes, trials=trials)
 
 
 @dataclass(frozen=True)
@@ -63,4 +65,4 @@ def explain_again(explanation: Explanation, model: MachineModel) -> Diagnosis:
     return diagnose(explanation, model)
 
 
-__all__ = ["Diagnosis", "DiagnosedStep", "diagnose", "explain", "explain_again", "explain_built"]
+__all__ = ["Diagnosis", "DiagnosedStep", "Trial", "diagnose", "explain", "explain_again", "explain_built"]

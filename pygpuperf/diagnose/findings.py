@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from pygpuperf.analyze.conclude import HALF_RATE_RATIO
 from pygpuperf.diagnose import causes
@@ -322,6 +322,19 @@ def _coverage(explanation: Explanation, kind: str) -> Finding | None:
         fix + "; until then the waterfall's other parts understate what the step could save.")
 
 
+class Trial(Protocol):
+    """What the findings read of a fix --try-fixes tried (pygpuperf.trials.record.FixTrial, a layer above)."""
+
+    name: str
+    what: str
+    status: str  # "measured", "failed" or "waived"
+    reason: str
+    measured_step_us: float | None
+    predicted_step_us: float | None
+    predicted_at_windows_host_us: float | None
+    predicted_at_fixed_clock_us: float | None
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     """What the diagnosis says of an explained step, written once: the named causes of its median step (None
@@ -343,14 +356,16 @@ def explain_findings(explanation: Explanation, settings: Mapping[str, Any] | Non
 
 
 def diagnose_step(explanation: Explanation, settings: Mapping[str, Any] | None = None,
-                  model: MachineModel | None = None, *, step_causes: causes.Causes | None = None) -> Diagnosis:
+                  model: MachineModel | None = None, *, step_causes: causes.Causes | None = None,
+                  trials: Sequence[Trial] = ()) -> Diagnosis:
     """The causes and findings of the median step of `explanation`: errors first, then warnings, then notes.
 
     `settings` (the workload's params) enable the findings that depend on a switch
     (cudnn.benchmark, TF32, memory format, batch size); `model` (the roofline the step
     was explained against) the ones that depend on the card (FP32-accumulate rate) and the causes.
     `step_causes`, causes already named on this step, are taken as they are (the findings again, after
-    --try-fixes measured their fixes, without naming the causes twice).
+    --try-fixes measured their fixes, without naming the causes twice); `trials`, the fixes --try-fixes tried,
+    add what each measured to the cause whose fix it applied.
     """
     step = explanation.median
     records, timeline = step.kernels, step.timeline
@@ -381,10 +396,10 @@ def diagnose_step(explanation: Explanation, settings: Mapping[str, Any] | None =
     if found_causes is None:
         found = [f for f, _ in pairs]
     else:
-        trials: dict[str, Any] = {}
-        for t in explanation.fixes:
-            trials.setdefault(t.name, t)  # the first trial of a name, as the fix list reads
-        found = _with_causes(pairs, found_causes, kind, trials)
+        by_name: dict[str, Trial] = {}
+        for t in trials:
+            by_name.setdefault(t.name, t)  # the first trial of a name, as the fix list reads
+        found = _with_causes(pairs, found_causes, kind, by_name)
     return Diagnosis(found_causes, tuple(sorted(found, key=lambda f: _SEVERITY_ORDER.get(f.severity, 3))))
 
 
@@ -393,7 +408,7 @@ LAYOUT_CAUSES = "layout."  # the layout finding names each of these causes with 
 CAUSE_SHARE = 0.02
 
 
-def _fix_evidence(fix: causes.Fix | None, trials: Mapping[str, Any]) -> dict[str, Any] | None:
+def _fix_evidence(fix: causes.Fix | None, trials: Mapping[str, Trial]) -> dict[str, Any] | None:
     """A cause's fix as evidence, with what the --try-fixes trial that applies it measured (`trials` by name)."""
     if fix is None:
         return None
@@ -407,7 +422,7 @@ def _fix_evidence(fix: causes.Fix | None, trials: Mapping[str, Any]) -> dict[str
     return out
 
 
-def _trial_predictions(trial: Any) -> tuple[tuple[str, float | None], ...]:
+def _trial_predictions(trial: Trial) -> tuple[tuple[str, float | None], ...]:
     """The trial's own predictions: as the fix was applied, at the host's pace beside its windows, and at the
     clock its fixed windows ran (None where not made)."""
     return (("trial_predicted_step_us", trial.predicted_step_us),
@@ -415,7 +430,7 @@ def _trial_predictions(trial: Any) -> tuple[tuple[str, float | None], ...]:
             ("trial_predicted_at_fixed_clock_us", trial.predicted_at_fixed_clock_us))
 
 
-def _measured_words(fix: causes.Fix, trials: Mapping[str, Any]) -> str:
+def _measured_words(fix: causes.Fix, trials: Mapping[str, Trial]) -> str:
     trial = trials.get(fix.trial)
     if trial is None:
         return ""
@@ -429,7 +444,7 @@ def _measured_words(fix: causes.Fix, trials: Mapping[str, Any]) -> str:
 
 
 def _with_causes(found: list[tuple[Finding, tuple[str, ...]]], step_causes: causes.Causes, kind: str,
-                 trials: Mapping[str, Any]) -> list[Finding]:
+                 trials: Mapping[str, Trial]) -> list[Finding]:
     """The findings with the predicted fixes of the causes each covers attached, and a finding for each other
     cause that matters."""
     out = []

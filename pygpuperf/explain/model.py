@@ -184,6 +184,8 @@ class HostTime:
 
 @dataclass
 class Explanation:
+    """An explained step; what --try-fixes measured of it is a record of its own (pygpuperf.trials.record.Trials)."""
+
     device: str
     steps: list[ExplainedStep]
     median: ExplainedStep  # the step with the median wall time
@@ -191,14 +193,6 @@ class Explanation:
     throughput: Throughput | None = None  # timed without the profiler
     settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
     calls: list[CallAccesses] = field(default_factory=list)  # the traced step's op calls (KernelRecord.call)
-    fixes: list[Any] = field(default_factory=list)  # pygpuperf.trials.fixes.FixTrial: --try-fixes, measured
-    norm_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.norms.NormTiming: each batch-norm
-    # shape of the step timed per dtype (--try-fixes)
-    conv_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.convs.ConvTiming: likewise, each
-    # convolution shape
-    sum_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.sums.SumTiming: likewise, each sum
-    matmul_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.matmuls.MatmulTiming: each GEMM
-    attention_timings: list[Any] = field(default_factory=list)  # pygpuperf.trials.attention.AttentionTiming
     # --try-fixes: the step at batch 1 without the profiler, a floor under any fix that keeps the host's work
     host_at_batch_one: HostTime | None = None
     # --try-fixes, where the step has no sync of its own: the host's own time per step at the step's batch, each
@@ -221,12 +215,6 @@ class Explanation:
             "unknown_ops_us": self.unknown_ops,
             "kernels": [dataclasses.asdict(r) for r in step.kernels],
             "calls": _numbered_storages(self.calls),
-            **({"fixes": [f.to_dict() for f in self.fixes]} if self.fixes else {}),
-            **({"batch_norm_timing": [t.to_dict() for t in self.norm_timings]} if self.norm_timings else {}),
-            **({"convolution_timing": [t.to_dict() for t in self.conv_timings]} if self.conv_timings else {}),
-            **({"sum_timing": [t.to_dict() for t in self.sum_timings]} if self.sum_timings else {}),
-            **({"matmul_timing": [t.to_dict() for t in self.matmul_timings]} if self.matmul_timings else {}),
-            **({"attention_timing": [t.to_dict() for t in self.attention_timings]} if self.attention_timings else {}),
             **{key: value for name, keys in HOST_TIME_KEYS.items() if (host := getattr(self, name)) is not None
                for key, value in host.to_doc(keys).items()},
         }

@@ -14,6 +14,7 @@ from typing import Any, Mapping, NamedTuple
 
 from pygpuperf.explain import attribution, words
 from pygpuperf.trials import host_clock
+from pygpuperf.trials.record import Trials
 from pygpuperf.diagnose import Diagnosis
 from pygpuperf.explain.model import Explanation
 from pygpuperf.report import templating
@@ -68,13 +69,13 @@ def _self_check_lines(explanation: Explanation) -> list[dict[str, Any]]:
             for (name, op, ceiling), (count, measured, bound) in sorted(lines.items(), key=lambda kv: -kv[1][2])]
 
 
-def _cause_rows(explanation: Explanation, diagnosis: Diagnosis | None, kind: str) -> list[dict[str, Any]]:
+def _cause_rows(diagnosis: Diagnosis | None, trials: Trials | None, kind: str) -> list[dict[str, Any]]:
     """The named causes of the median step, largest first, each with its fix's prediction and, where
-    --try-fixes measured that fix, the measured step."""
+    --try-fixes measured that fix (`trials`), the measured step."""
     causes = diagnosis.causes if diagnosis is not None else None
     if causes is None:
         return []
-    measured = {f.name: f for f in explanation.fixes if f.status == "measured"}
+    measured = {f.name: f for f in (trials.fixes if trials is not None else ()) if f.status == "measured"}
     rows = []
     for c in causes.items:
         trial = measured.get(c.fix.trial) if c.fix is not None else None
@@ -87,11 +88,11 @@ def _cause_rows(explanation: Explanation, diagnosis: Diagnosis | None, kind: str
 
 def explain_view(explanation: Explanation, results: Results | MachineModel | None = None, top: int = TOP_GROUPS,
                  source: str | None = None, charts: Mapping[str, str | None] | None = None,
-                 diagnosis: Diagnosis | None = None) -> dict[str, Any]:
+                 diagnosis: Diagnosis | None = None, trials: Trials | None = None) -> dict[str, Any]:
     """What explain_section.html.j2 renders: the explanation's numbers, its charts as inline SVG
-    (the kernel roofline with a machine model in `results`) and `source`, the document it came from
-    when the section sits on another document's page. `charts` are the page markups draw_explain_charts
-    made while writing the chart files (drawn here otherwise)."""
+    (the kernel roofline with a machine model in `results`), the fixes --try-fixes tried (`trials`) and
+    `source`, the document it came from when the section sits on another document's page. `charts` are the
+    page markups draw_explain_charts made while writing the chart files (drawn here otherwise)."""
     results = _results(results)
     device = (results.device_name() if results is not None else None) or explanation.device
     step = explanation.median
@@ -120,8 +121,8 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
         "groups": groups, "group_count": count,
         "self_check": _self_check_lines(explanation),
         "unknown_ops": sorted(explanation.unknown_ops.items(), key=lambda kv: -kv[1]),
-        "causes": _cause_rows(explanation, diagnosis, kind),
-        "fixes": [f.to_dict() for f in explanation.fixes],
+        "causes": _cause_rows(diagnosis, trials, kind),
+        "fixes": [f.to_dict() for f in (trials.fixes if trials is not None else ())],
         "host_pace": host_clock.host_pace_line(explanation),
         "counting": COUNTING.format(unit=words.unit(kind)),
     }
@@ -131,29 +132,33 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
 
 
 def explain_section_html(explanation: Explanation, results: Results | MachineModel | None = None,
-                         top: int = TOP_GROUPS, source: str | None = None, diagnosis: Diagnosis | None = None) -> str:
+                         top: int = TOP_GROUPS, source: str | None = None, diagnosis: Diagnosis | None = None,
+                         trials: Trials | None = None) -> str:
     """The explained step as one <section id="explain"> for a page styled like report.html: summary,
     waterfall, kernel roofline (with a machine model in `results`), the `top` kernel groups by time
     and the self-check."""
     return templating.render("explain_section.html.j2",
-                             explain=explain_view(explanation, results, top, source, diagnosis=diagnosis))
+                             explain=explain_view(explanation, results, top, source, diagnosis=diagnosis,
+                                                  trials=trials))
 
 
 def explain_html(explanation: Explanation, results: Results | MachineModel | None = None,
                  top: int = TOP_GROUPS, charts: Mapping[str, str | None] | None = None,
-                 diagnosis: Diagnosis | None = None) -> str:
+                 diagnosis: Diagnosis | None = None, trials: Trials | None = None) -> str:
     """The whole page as text, under report.html's stylesheet and Content-Security-Policy; the
     explanation's findings follow the section."""
-    view = explain_view(explanation, results, top, charts=charts, diagnosis=diagnosis)
+    view = explain_view(explanation, results, top, charts=charts, diagnosis=diagnosis, trials=trials)
     return templating.render("explain.html.j2", title=f"pygpuperf explain: {view['device']}", explain=view,
                              findings=templating.finding_views(diagnosis.findings if diagnosis else ()))
 
 
 def write_explain_html(explanation: Explanation, results: Results | MachineModel | None, path: Path,
-                       charts: Mapping[str, str | None] | None = None, diagnosis: Diagnosis | None = None) -> Path:
+                       charts: Mapping[str, str | None] | None = None, diagnosis: Diagnosis | None = None,
+                       trials: Trials | None = None) -> Path:
     """Write explain.html (or whatever `path` names); returns the path."""
     path = Path(path)
-    path.write_text(explain_html(explanation, results, charts=charts, diagnosis=diagnosis), encoding="utf-8")
+    path.write_text(explain_html(explanation, results, charts=charts, diagnosis=diagnosis, trials=trials),
+                    encoding="utf-8")
     return path
 
 
@@ -163,10 +168,10 @@ class ExplainReport(NamedTuple):
 
 
 def write_explain_report(explanation: Explanation, out_dir: Path, machine: Results | MachineModel | None = None,
-                         diagnosis: Diagnosis | None = None) -> ExplainReport:
+                         diagnosis: Diagnosis | None = None, trials: Trials | None = None) -> ExplainReport:
     """Into out_dir: waterfall.png/.svg, kernel_roofline.png/.svg (with a machine model) and explain.html,
     with the charts' markup for another page that shows the same section."""
     out_dir = Path(out_dir)
     written, charts = draw_explain_charts(explanation, out_dir, machine)
-    written.append(write_explain_html(explanation, machine, out_dir / "explain.html", charts, diagnosis))
+    written.append(write_explain_html(explanation, machine, out_dir / "explain.html", charts, diagnosis, trials))
     return ExplainReport(written, charts)

@@ -26,6 +26,7 @@ import torch
 from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
 from pygpuperf.trials import attention, convs, dtype_timing, matmuls, norms, host_clock, sums
+from pygpuperf.trials.record import FixTrial, Trials
 from pygpuperf.explain import attribution, explainer, queue, words
 from pygpuperf.explain.pricing import GROWS_WITH_BATCH, AtBatch, Pricing
 from pygpuperf.diagnose import causes
@@ -60,81 +61,6 @@ HOST_PACE_STEPS = 4
 
 
 @dataclass
-class FixTrial:
-    """One fix tried on the step: predicted by the kernel model, measured without the profiler."""
-
-    name: str
-    what: str
-    knobs: dict[str, str]
-    status: str  # "measured", "failed" or "waived"
-    reason: str = ""  # why waived or failed
-    predicted_step_us: float | None = None
-    measured_step_us: float | None = None
-    baseline_step_us: float | None = None
-    samples_per_step: int | None = None
-    baseline_samples_per_step: int | None = None
-    # The step as given, timed again after every fix: how far the card drifted while they ran.
-    baseline_after_step_us: float | None = None
-    # Where the step as given and the fixed step were timed in alternating windows (the baseline above is
-    # then the given step's median over its windows): each window pair's saving per step (µs, at the
-    # baseline's batch).
-    paired_savings_us: list[float] = field(default_factory=list)
-    # Each window's median step (µs), in the order they ran: the step as given's, and the fixed step's at
-    # its own batch.
-    given_windows_us: list[float] = field(default_factory=list)
-    fixed_windows_us: list[float] = field(default_factory=list)
-    # Each window's median clock (MHz) and average power (W) where the device reports them, in the same order.
-    given_windows_mhz: list[float] = field(default_factory=list)
-    fixed_windows_mhz: list[float] = field(default_factory=list)
-    given_windows_w: list[float] = field(default_factory=list)
-    fixed_windows_w: list[float] = field(default_factory=list)
-    # The device memory held aside while each window pair ran (bytes), so that the pairs' activations landed in
-    # other places (:data:`WINDOW_PLACEMENTS`).
-    pair_spacer_bytes: list[int] = field(default_factory=list)
-    # Where both sides' clocks are known and differ: the prediction with the step's time at the clock's pace
-    # moved to the fixed windows' clock (:func:`at_clock`).
-    predicted_at_fixed_clock_us: float | None = None
-    # Where the prediction paces the host's launches by its own time at the step's batch: that time (µs), and
-    # of it the optimizer's step and the backward calls, timed before each window pair (the host's pace drifts
-    # over seconds), and the prediction at their medians.
-    windows_host_step_us: list[float] = field(default_factory=list)
-    windows_host_optimizer_us: list[float] = field(default_factory=list)
-    windows_host_backward_us: list[float] = field(default_factory=list)
-    predicted_at_windows_host_us: float | None = None
-    # Where torch.compile's reduce-overhead mode ran the compiled step without CUDA graphs (inductor skips them,
-    # e.g. for a step that mutates tensors it does not own): the prediction for the compiled step alone.
-    predicted_without_graphs_us: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def _per_sample(self, us: float | None, samples: int | None) -> float | None:
-        return us / samples if us is not None and samples else None
-
-    @property
-    def speedup(self) -> float | None:
-        """Baseline time per sample over the fixed step's (above 1: faster)."""
-        base = self._per_sample(self.baseline_step_us, self.baseline_samples_per_step)
-        new = self._per_sample(self.measured_step_us, self.samples_per_step)
-        return base / new if base and new else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "speedup": self.speedup}
-
-    def line(self) -> str:
-        if self.status != "measured":
-            return f"  {self.what:34s} {self.status}: {self.reason}"
-        per = "" if self.samples_per_step == self.baseline_samples_per_step else \
-            f" at batch {self.samples_per_step} (per-sample speedup {self.speedup:.2f}x)"
-        predicted = f"predicted {self.predicted_step_us / 1e3:.2f} ms, " if self.predicted_step_us is not None else \
-            "no prediction, "
-        if self.predicted_at_windows_host_us is not None:
-            predicted += f"{self.predicted_at_windows_host_us / 1e3:.2f} at the windows' host pace, "
-        if self.predicted_at_fixed_clock_us is not None:
-            predicted += f"{self.predicted_at_fixed_clock_us / 1e3:.2f} at the fixed step's clock, "
-        return (f"  {self.what:34s} {self.baseline_step_us / 1e3:.2f} → {self.measured_step_us / 1e3:.2f} ms "
-                f"({predicted}measured){per}")
-
-
-@dataclass
 class Target:
     """How fixes reach the step: `build(batch_size, knobs)` builds it (a BuiltWorkload), `takes(knob)` says
     whether the workload or make_step accepts a knob (flag knobs are set around user code by the tool)."""
@@ -164,10 +90,13 @@ class _Priced:
     model: MachineModel
     exclusive: list[float]
     causes: causes.Causes | None = None  # the diagnosis' causes of the step, where it was diagnosed
+    timings: Trials = Trials()  # the step's library ops timed on the device (its fixes are not read)
 
     @staticmethod
-    def of(explanation: Explanation, model: MachineModel, found: causes.Causes | None = None) -> "_Priced":
-        return _Priced(explanation, model, attribution.exclusive_times(explanation.median.kernels), found)
+    def of(explanation: Explanation, model: MachineModel, found: causes.Causes | None = None,
+           timings: Trials | None = None) -> "_Priced":
+        return _Priced(explanation, model, attribution.exclusive_times(explanation.median.kernels), found,
+                       timings if timings is not None else Trials())
 
     @property
     def records(self) -> list[KernelRecord]:
@@ -202,7 +131,7 @@ def _batch_deltas(step: _Priced, scale: float) -> list[float]:
     of a batch norm, convolution, sum, matrix product or attention whose shape was timed at both batches on the device,
     which take their timing's ratio; the rest stay as measured."""
     batch = AtBatch.of(step.records, step.explanation.calls, scale)
-    families = [ratio for _, _, ratio in _timed_variant(step.explanation, scale)]
+    families = [ratio for _, _, ratio in _timed_variant(step.explanation, step.timings, scale)]
     timed = _first_ratio(families) if families else None
 
     def grown(r: KernelRecord) -> float | None:
@@ -213,12 +142,14 @@ def _batch_deltas(step: _Priced, scale: float) -> list[float]:
     return [a + b for a, b in zip(deltas, _timed_deltas(step, grown))] if timed is not None else deltas
 
 
-def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float) -> float | None:
-    """The step at `scale` times the batch by the kernel model (:func:`_batch_deltas`), the idle time as
-    measured."""
+def predicted_at_batch(explanation: Explanation, model: MachineModel, scale: float,
+                       timings: Trials | None = None) -> float | None:
+    """The step at `scale` times the batch by the kernel model (:func:`_batch_deltas`; with `timings`, the
+    library ops timed at both batches by their timing), the idle time as measured."""
     if not explanation.median.kernels:
         return None
-    return explanation.median.timeline.wall_us + sum(_batch_deltas(_Priced.of(explanation, model), scale))
+    priced = _Priced.of(explanation, model, timings=timings)
+    return explanation.median.timeline.wall_us + sum(_batch_deltas(priced, scale))
 
 
 def _precision_change(name: str, amp: str) -> Callable[[KernelRecord], KernelRecord | None] | None:
@@ -338,13 +269,15 @@ def _queued(priced: _Priced, deltas: Sequence[float],
 
 def predicted_step(explanation: Explanation, model: MachineModel, name: str, knobs: Mapping[str, str],
                    samples_per_step: int | None, by_cause: Mapping[str, float] | None = None,
-                   graph_fuses_optimizer: bool = False, found: causes.Causes | None = None) -> float | None:
+                   graph_fuses_optimizer: bool = False, found: causes.Causes | None = None,
+                   timings: Trials | None = None) -> float | None:
     """The step (µs) the kernel model predicts after fix `name`: a batch change re-priced at the new batch,
     else the causes' prediction of that fix, else a precision fix priced on the kernels it changes. A fix
     that keeps the host's work is replayed through the host's and device's queues where the step allows
     (:func:`_queued`), else its kernels' changes add up. A built-in workload captured in a graph also runs a
-    fused optimizer (`graph_fuses_optimizer`). `found` are the step's causes (:func:`pygpuperf.diagnose.diagnose`)."""
-    return _predicted(_Priced.of(explanation, model, found), name, knobs, samples_per_step, by_cause,
+    fused optimizer (`graph_fuses_optimizer`). `found` are the step's causes (:func:`pygpuperf.diagnose.diagnose`);
+    `timings`, what --try-fixes timed of the step's library ops (:class:`Trials`), price those ops."""
+    return _predicted(_Priced.of(explanation, model, found, timings), name, knobs, samples_per_step, by_cause,
                       graph_fuses_optimizer)
 
 
@@ -376,7 +309,7 @@ def _predicted(step: _Priced, name: str, knobs: Mapping[str, str], samples_per_s
     if name == "channels_last" and (deltas := _nhwc_deltas(step)) is not None:
         return _host_kept(step, wall + sum(deltas), deltas)
     change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
-    timed = _timed_ratio(explanation, knobs) if name == "amp" else None
+    timed = _timed_ratio(explanation, step.timings, knobs) if name == "amp" else None
     deltas: list[float] | None = None
     if found is None and change is not None:  # no cause named it: price the change itself
         # Kernels timed in both dtypes are priced by their timing (below), not by the kernel model.
@@ -407,7 +340,7 @@ def _nhwc_deltas(step: _Priced) -> list[float] | None:
     beside their layout now (each such kernel at its shape's ratio: a convolution's ratio covers the
     transposes the library runs inside it), and the layout cause's other transposes gone; None where nothing
     was timed in NHWC."""
-    families = [ratio for _, _, ratio in _timed_variant(step.explanation, 1.0, dtype_timing.NHWC)]
+    families = [ratio for _, _, ratio in _timed_variant(step.explanation, step.timings, 1.0, dtype_timing.NHWC)]
     if not families:
         return None
     timed = _first_ratio(families)
@@ -470,7 +403,7 @@ def _amp_dtypes(explanation: Explanation, knobs: Mapping[str, str]) -> tuple[str
     return str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
 
 
-# The library op families timed on the device: (what, Explanation attribute, time the step's shapes,
+# The library op families timed on the device: (what, Trials attribute, time the step's shapes,
 # the dtype the step runs them in, each kernel's ratio between two timings).
 _LIBRARY_FAMILIES = (
     ("batch norms", "norm_timings", norms.time_step_norms, norms.step_dtype, norms.ratios),
@@ -484,21 +417,22 @@ _LAYOUT_FAMILIES = ("norm_timings", "conv_timings", "sum_timings")
 Ratio = Callable[[KernelRecord], float | None]
 
 
-def _timed_families(explanation: Explanation, knobs: Mapping[str, str]) -> list[tuple[str, int, Ratio]]:
+def _timed_families(explanation: Explanation, timed: Trials, knobs: Mapping[str, str]) -> list[tuple[str, int, Ratio]]:
     """(op family, shapes timed, each of its kernels' time in the AMP fix's dtype over its time now) for the
-    families timed on the device (Explanation.norm_timings, .conv_timings, .sum_timings, .matmul_timings,
-    .attention_timings)."""
+    families timed on the device (`timed`'s norm_timings, conv_timings, sum_timings, matmul_timings,
+    attention_timings)."""
     to, frm = _amp_dtypes(explanation, knobs)
     return [(what, len(timings), ratios(timings, to, frm)) for what, attr, _, _, ratios in _LIBRARY_FAMILIES
-            if (timings := getattr(explanation, attr))]
+            if (timings := getattr(timed, attr))]
 
 
-def _timed_variant(explanation: Explanation, scale: float, layout: str = "") -> list[tuple[str, int, Ratio]]:
+def _timed_variant(explanation: Explanation, timed: Trials, scale: float,
+                   layout: str = "") -> list[tuple[str, int, Ratio]]:
     """(op family, shapes timed, each of its kernels' time at `scale` times the batch, or in `layout`, over its
-    time now, in the dtype the step runs the family in) for the families timed both ways on the device."""
+    time now, in the dtype the step runs the family in) for the families `timed` both ways on the device."""
     out = []
     for what, attr, _, dtype_of, ratios in _LIBRARY_FAMILIES:
-        timings, dtype = getattr(explanation, attr), dtype_of(explanation.median.kernels)
+        timings, dtype = getattr(timed, attr), dtype_of(explanation.median.kernels)
         at = dtype_timing.variant(dtype, scale, layout) if dtype else None
         both = [t for t in timings if at and t.ratio(at, dtype) is not None]
         if both:
@@ -514,11 +448,11 @@ def _first_ratio(families: Sequence[Ratio]) -> Ratio:
     return ratio
 
 
-def _timed_ratio(explanation: Explanation, knobs: Mapping[str, str]) -> Ratio | None:
-    """For an AMP dtype fix: each kernel of a timed library family (:data:`_LIBRARY_FAMILIES`), its time in the
-    new dtype over its time now, from its own shape's timing on the device; None for a kernel of none of them,
+def _timed_ratio(explanation: Explanation, timed: Trials, knobs: Mapping[str, str]) -> Ratio | None:
+    """For an AMP dtype fix: each kernel of a library family `timed` on the device (:data:`_LIBRARY_FAMILIES`),
+    its time in the new dtype over its time now, from its own shape's timing; None for a kernel of none of them,
     or one no timing covers; None in all when nothing was timed."""
-    families = [ratio for _, _, ratio in _timed_families(explanation, knobs)]
+    families = [ratio for _, _, ratio in _timed_families(explanation, timed, knobs)]
     return _first_ratio(families) if families else None
 
 
@@ -532,14 +466,15 @@ def _timed_note(step: _Priced, name: str, knobs: Mapping[str, str], samples: int
     """The evidence an AMP, batch or channels_last fix's prediction takes from the device timings: each timed
     family's kernels now and after the fix."""
     if name == "amp":
-        families, how = _timed_families(step.explanation, knobs), "in both dtypes"
+        families, how = _timed_families(step.explanation, step.timings, knobs), "in both dtypes"
         after_fix = f"in {knobs.get('amp', '')}"
     elif name == "batch_size" and knobs and samples:
         batch = int(knobs["batch_size"])
-        families, how = _timed_variant(step.explanation, batch / samples), f"at batch {samples} and {batch}"
+        families = _timed_variant(step.explanation, step.timings, batch / samples)
+        how = f"at batch {samples} and {batch}"
         after_fix = f"at batch {batch}"
     elif name == "channels_last":
-        families = _timed_variant(step.explanation, 1.0, dtype_timing.NHWC)
+        families = _timed_variant(step.explanation, step.timings, 1.0, dtype_timing.NHWC)
         how, after_fix = "in NCHW and NHWC", "in NHWC"
     else:
         return []
@@ -673,10 +608,11 @@ def _apply(name: str, knobs: dict[str, str], target: Target, device: torch.devic
 
 def try_fixes(explanation: Explanation, model: MachineModel, target: Target, device: torch.device | str,
               only: Sequence[str] | None = None, baseline: Throughput | None = None,
-              measure: Callable[..., Throughput] | None = None, found: causes.Causes | None = None
-              ) -> list[FixTrial]:
-    """Each fix of :data:`FIX_NAMES` (or `only`) applied and timed (see the module's note); `found`, the step's
-    causes (:func:`pygpuperf.diagnose.diagnose`), give the fixes' predictions."""
+              measure: Callable[..., Throughput] | None = None, found: causes.Causes | None = None,
+              timings: Trials | None = None) -> Trials:
+    """Each fix of :data:`FIX_NAMES` (or `only`) applied and timed (see the module's note), with the library ops
+    timed for their predictions; `found`, the step's causes (:func:`pygpuperf.diagnose.diagnose`), give the
+    fixes' predictions; `timings`, library ops timed before (their fixes are not read), are not timed again."""
     device = torch.device(device)
     measure = measure or explainer.measure_throughput
     baseline = baseline or explanation.throughput
@@ -698,7 +634,8 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
         if given is not None and explanation.host_at_batch_one and device.type != "cpu" and \
                 not explanation.median.syncs:  # the host's own pace at the step's batch
             explanation.host_at_batch = _host_pace(given, device)
-        run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given, found)
+        run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given, found,
+                   dataclasses.replace(timings, fixes=()) if timings is not None else Trials())
         trials = [_trial(run, name, what, knobs, waiver) for name, what, knobs, waiver in candidates]
     for t in trials if given_left_flags else ():
         if t.status == "measured" and _FLAG_NOTE not in t.notes:
@@ -707,7 +644,7 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
         again = _timed_build(target, device, measure)  # how far the card drifted while the fixes ran
         for t in trials:
             t.baseline_after_step_us = again
-    return trials
+    return dataclasses.replace(run.timings, fixes=tuple(trials))
 
 
 _FLAG_NOTE = "a global torch flag was left changed and has been restored"
@@ -927,6 +864,7 @@ class _Run:
     base_samples: int | None
     given: _Given | None
     causes: causes.Causes | None = None
+    timings: Trials = Trials()  # the library ops timed so far, for the fixes' predictions
 
 
 def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str | None) -> FixTrial:
@@ -939,11 +877,11 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
     if waiver is None and device.type == "cuda" and name in ("amp", "batch_size"):
         scale = int(knobs["batch_size"]) / base_samples if name == "batch_size" and base_samples else 1.0
         if name == "amp" or scale != 1:
-            _time_library_ops(explanation, device, scale)
+            run.timings = _time_library_ops(explanation, run.timings, device, scale)
     elif waiver is None and device.type == "cuda" and name == "channels_last":
-        _time_library_ops(explanation, device, layout=dtype_timing.NHWC)
+        run.timings = _time_library_ops(explanation, run.timings, device, layout=dtype_timing.NHWC)
     # After the timings above: the prediction and its notes share it.
-    priced = _Priced.of(explanation, model, run.causes)
+    priced = _Priced.of(explanation, model, run.causes, run.timings)
     trial.predicted_step_us = _predicted(priced, name, knobs, base_samples, run.predicted,
                                          graph_fuses_optimizer(target))
     if trial.predicted_step_us is not None:
@@ -1058,19 +996,20 @@ def _at_fixed_clock(trial: FixTrial, priced: _Priced) -> None:
                        "fixed costs run at the clock's pace, its main-memory bytes at the memory's")
 
 
-def _time_library_ops(explanation: Explanation, device: torch.device, scale: float = 1.0, layout: str = "") -> None:
+def _time_library_ops(explanation: Explanation, timed: Trials, device: torch.device, scale: float = 1.0,
+                      layout: str = "") -> Trials:
     """An AMP dtype fix (`scale` 1), a batch fix (`scale` times the batch) or a channels_last fix (`layout`)
     changes which kernels the libraries run for the step's batch norms, convolutions, sums, matrix products
     and attention, and how fast: time each of their shapes in each dtype, or in the step's dtype at its batch
-    and at `scale` times it, or in its own layout and in `layout`, into the Explanation's timings of each
-    family (:data:`_LIBRARY_FAMILIES`), :data:`LIBRARY_ROUNDS` times in turn on an accelerator, the fastest
-    kept; a variant timed already is not timed again."""
+    and at `scale` times it, or in its own layout and in `layout`, :data:`LIBRARY_ROUNDS` times in turn on an
+    accelerator, the fastest kept; `timed` with them merged into each family's timings
+    (:data:`_LIBRARY_FAMILIES`). A variant `timed` holds already is not timed again."""
     records = explanation.median.kernels
     training = any(r.phase == "backward" for r in records)
     for _, attr, time_all, dtype_of, _ in _LIBRARY_FAMILIES:
         if layout and attr not in _LAYOUT_FAMILIES:
             continue
-        timings = getattr(explanation, attr)
+        timings = getattr(timed, attr)
         step = dtype_of(records)
         if layout:
             wanted = [(step, 1.0, ""), (step, 1.0, layout)] if step else []
@@ -1097,7 +1036,8 @@ def _time_library_ops(explanation: Explanation, device: torch.device, scale: flo
                                                                         scale=at, **laid_out))
                     except RuntimeError:  # out of memory for its tensors: the fix is then priced without it
                         continue
-        setattr(explanation, attr, timings)
+        timed = dataclasses.replace(timed, **{attr: tuple(timings)})
+    return timed
 
 
 @contextlib.contextmanager
@@ -1163,8 +1103,3 @@ def fix_lines(trials: Sequence[FixTrial], explanation: Explanation | None = None
                      f"({100 * (after / before - 1):+.1f}%: a smaller change by a fix is within the drift)")
     pace = host_clock.host_pace_line(explanation) if explanation is not None else None
     return lines + ([f"  {pace}"] if pace else [])
-
-
-def trial_from_dict(d: Mapping[str, Any]) -> FixTrial:
-    names = {f.name for f in dataclasses.fields(FixTrial)}
-    return FixTrial(**{k: v for k, v in d.items() if k in names})
