@@ -691,13 +691,6 @@ def window_steps(device: torch.device, step_us: float | None) -> int:
 
 # A move within this many times its spread (a step's CV, or the standard error of window pairs) is noise.
 NOISE_SPREADS = 2.0
-# A fix's window pairs whose saving is beyond its noise, but whose noise exceeds this share of it (the share of
-# a change a prediction is held to), take more pairs, up to MAX_PAIRED on an accelerator: UNet's batch-128
-# windows landed at two placements 1.2 % apart on an H200 (106.00-106.17 and 107.20-107.34 ms), two thirds
-# of its batch fix's change.
-RESOLVED_SHARE, MAX_PAIRED = 0.25, 8
-
-
 def _rebuilt_note(given_us: float, explained: Throughput | None) -> str | None:
     """Where the step as given, built again beside the fix, ran off its explained time by more than
     :data:`NOISE_SPREADS` times the explained steps' CV: a new build of one step places its tensors elsewhere,
@@ -723,10 +716,6 @@ LIBRARY_ROUNDS = 3
 # more device memory aside while it times: UNet's [128, 32, 256, 256] x [32, 32, 3, 3] convolution ran
 # 8.54-8.56 ms in six released rounds on an H200, 8.22-8.53 behind spacers of other sizes.
 ROUND_SPACER_BYTES = 257 << 20
-# Window pairs hold spacers of this many sizes in turn (the first none, the rest multiples of ROUND_SPACER_BYTES),
-# so that their activations land in as many places: released in one process, they land where the last window's
-# did, and UNet's batch-128 windows ran at two placements 1.2 % apart on an H200, as much as its batch fix's change.
-WINDOW_PLACEMENTS = 4
 # A clock move a fix's note names: clocks move in steps of about 0.8 % at the top of a data-centre card's range.
 CLOCK_MOVE = 0.01
 
@@ -743,7 +732,6 @@ class _Windows:
     given_w: list[float] = field(default_factory=list)
     fixed_w: list[float] = field(default_factory=list)
     host: list[HostTime] = field(default_factory=list)  # the given step's host pace before each pair, where timed
-    spacers: list[int] = field(default_factory=list)  # bytes held aside during each pair, in the order they ran
 
     def add(self, is_given: bool, timed: Throughput) -> None:
         side = "given" if is_given else "fixed"
@@ -771,7 +759,6 @@ class _Windows:
         trial.given_windows_us, trial.fixed_windows_us = self.given, self.fixed
         trial.given_windows_mhz, trial.fixed_windows_mhz = self.given_mhz, self.fixed_mhz
         trial.given_windows_w, trial.fixed_windows_w = self.given_w, self.fixed_w
-        trial.pair_spacer_bytes = self.spacers
         trial.windows_host_step_us = [h.step_us for h in self.host]
         trial.windows_host_optimizer_us = [h.optimizer_us for h in self.host if h.optimizer_us is not None]
         trial.windows_host_backward_us = [h.backward_us for h in self.host if h.backward_us is not None]
@@ -787,66 +774,28 @@ class _Windows:
 
 def _paired(measure: Callable[..., Throughput], device: torch.device, given: _Given, step: Callable[[], Any],
             samples: int, steps: int, pairs: int | None = None, host_pace: bool = False) -> _Windows:
-    """Windows of the step as given and of the fixed step in turn (:data:`PAIRED`'s count, or `pairs`; on an
-    accelerator more, up to :data:`MAX_PAIRED`, while their savings are not resolved: :func:`_unresolved`),
-    `steps` timed steps each, torch's flags set to each one's before its window, each pair behind its spacer
-    (:func:`_window_spacer`); with `host_pace`, the given step's host time after a drain before each pair
-    (:data:`HOST_PACE_STEPS` steps)."""
+    """Windows of the step as given and of the fixed step in turn (:data:`PAIRED`'s count, or `pairs`), `steps`
+    timed steps each, torch's flags set to each one's before its window; with `host_pace`, the given step's host
+    time after a drain before each pair (:data:`HOST_PACE_STEPS` steps)."""
     count, warmup, _ = PAIRED.get(device.type, PAIRED["other"])
     count = pairs or count
-    most = count if pairs or device.type == "cpu" else max(count, MAX_PAIRED)
     fixed_flags = knob_specs.flag_state()
     windows = _Windows([], [])
-    grown = {True: 0, False: 0}  # the device memory each side's window took beyond what it had reserved (bytes)
-    i = 0
     try:
-        while i < count or (i < most and _unresolved(windows.savings(given.samples / samples))):
+        for i in range(count):
             if host_pace:
                 knob_specs.restore_flag_state(given.flags)
                 host, clock = host_clock.host_after_drain(given.step, device, HOST_PACE_STEPS, warmup=0)
                 windows.host.append(HostTime(statistics.median(host), clock.median_us(), clock.backward_median_us()))
-            spacer = _window_spacer(device, i, max(grown.values()))
             for is_given in ((True, False) if i % 2 == 0 else (False, True)):
                 knob_specs.restore_flag_state(given.flags if is_given else fixed_flags)
                 release_device_memory(device)  # its activations in fresh memory, not the other step's holes
-                before = _reserved(device)
-                with _spacer(device, spacer):
-                    timed = measure(given.step if is_given else step, device,
-                                    given.samples if is_given else samples, warmup=warmup, steps=steps)
-                    grown[is_given] = max(grown[is_given], _reserved(device) - before - spacer)
+                timed = measure(given.step if is_given else step, device,
+                                given.samples if is_given else samples, warmup=warmup, steps=steps)
                 windows.add(is_given, timed)
-            windows.spacers.append(spacer)
-            i += 1
     finally:
         knob_specs.restore_flag_state(fixed_flags)
     return windows
-
-
-def _reserved(device: torch.device) -> int:
-    """Device memory the allocator holds now (bytes; 0 where it does not say)."""
-    return int(torch.cuda.memory_reserved(device)) if device.type == "cuda" and torch.cuda.is_available() else 0
-
-
-def _window_spacer(device: torch.device, pair: int, grown: int) -> int:
-    """Bytes held aside while window pair `pair` runs, so that the pairs' activations land in
-    :data:`WINDOW_PLACEMENTS` places: none for the first pair (or on a CPU), nor where the device's free memory
-    would not keep twice what a window took beyond its allocator's reserve (`grown`)."""
-    size = (pair % WINDOW_PLACEMENTS) * ROUND_SPACER_BYTES
-    if size == 0 or device.type != "cuda" or not torch.cuda.is_available():
-        return 0
-    free, _ = torch.cuda.mem_get_info(device)
-    return size if free - size >= 2 * grown else 0
-
-
-def _unresolved(savings: Sequence[float]) -> bool:
-    """Whether window pairs' savings are beyond their noise (:data:`NOISE_SPREADS` standard errors) but that noise
-    is more than :data:`RESOLVED_SHARE` of their median: a change measured, but not to the share a prediction is
-    held to."""
-    if len(savings) < 2:
-        return False
-    saving = abs(statistics.median(savings))
-    noise = NOISE_SPREADS * statistics.stdev(savings) / math.sqrt(len(savings))
-    return RESOLVED_SHARE * saving < noise < saving
 
 
 @dataclass

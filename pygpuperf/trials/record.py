@@ -46,8 +46,8 @@ class FixTrial:
     fixed_windows_mhz: list[float] = field(default_factory=list)
     given_windows_w: list[float] = field(default_factory=list)
     fixed_windows_w: list[float] = field(default_factory=list)
-    # The device memory held aside while each window pair ran (bytes), so that the pairs' activations landed in
-    # other places (:data:`WINDOW_PLACEMENTS`).
+    # The device memory held aside while each window pair ran (bytes): written by earlier versions, which held
+    # spacers between pairs; read back so their documents keep it.
     pair_spacer_bytes: list[int] = field(default_factory=list)
     # Where both sides' clocks are known and differ: the prediction with the step's time at the clock's pace
     # moved to the fixed windows' clock (:func:`at_clock`).
