@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze.kernel_time import MEMORY, CardTerms, KernelWork, card_terms, kernel_time
+from pygpuperf.core.precision import dtype_of
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, costs, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convolutions, is_matrix_vector
@@ -153,7 +154,7 @@ def _shape_cause(record: KernelRecord, timing: Any, units: int | None) -> tuple[
     if _SPLIT_K.search(record.name):
         return "shape.split_k", {"kernel": record.name[:120]}
     dims = _gemm_dims(record) if record.op in MATMUL_OPS else None
-    half = record.precision.split(".", 1)[0] in ("fp16", "bf16", "fp8", "int8")
+    half = dtype_of(record.precision) in ("fp16", "bf16", "fp8", "int8")
     if _ALIGN1.search(record.name) or (dims and half and any(d % ALIGN_ELEMENTS for d in dims)):
         return "shape.misaligned", {"mnk": list(dims) if dims else None, "kernel": record.name[:120]}
     if dims and min(dims[0], dims[1]) <= SKINNY_DIM:
@@ -286,7 +287,7 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
                     kind_of_kernel = "convolution" if _CONV.search(r.op or "") else "gemm"
                     take(f"kernel_choice.{kind_of_kernel}", i, p.over_us - gap)
         elif p.part == Part.FALLBACK:
-            precision = r.precision.split(".", 1)[0]
+            precision = dtype_of(r.precision)
             if gpu and precision == "fp32" and not re.search(r"depthwise|conv_depthwise|grouped", r.name, re.I):
                 take("precision.fp32_no_tf32", i, p.over_us)
             elif gpu and re.search(r"depthwise|grouped", r.name, re.I):

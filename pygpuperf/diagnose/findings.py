@@ -24,6 +24,7 @@ from pygpuperf.explain.model import ExplainedStep, Explanation, fitting_batch
 from pygpuperf.explain.model import KernelRecord, Timeline
 from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.core.vocabulary import Part
+from pygpuperf.core.precision import dtype_of
 from pygpuperf.core.results import Finding, MachineModel
 from pygpuperf.core.units import ms as _ms, percent as _pct
 
@@ -210,7 +211,7 @@ def _cudnn_benchmark(records: Sequence[KernelRecord], shares: Sequence[float], w
 
 def _fp32_math(records: Sequence[KernelRecord], shares: Sequence[float], wall: float,
                settings: Mapping[str, Any] | None, model: MachineModel | None) -> Finding | None:
-    fp32 = lambda r: r.kernel_class == KernelClass.VECTOR_MATH and r.precision.split(".", 1)[0] == "fp32"  # noqa: E731
+    fp32 = lambda r: r.kernel_class == KernelClass.VECTOR_MATH and dtype_of(r.precision) == "fp32"  # noqa: E731
     us = sum(s for r, s in zip(records, shares) if fp32(r))
     if wall <= 0 or us / wall <= FP32_MATH_SHARE:
         return None

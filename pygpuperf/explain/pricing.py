@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from pygpuperf.analyze.kernel_time import (COLLECTIVE, LINK, MATRIX, MEMORY, VECTOR, CardTerms, KernelTime,
                                             KernelWork, card_terms, clock_ratio, kernel_time, reuse_traffic)
-from pygpuperf.core.precision import bytes_of, dtype_of, fallbacks, precision_of
+from pygpuperf.core.precision import accumulate_of, bytes_of, dtype_of, fallbacks, precision_of
 from pygpuperf.core.results import MachineModel
 from pygpuperf.core.vocabulary import KernelClass, Phase
 from pygpuperf.explain import tiles
@@ -281,8 +281,7 @@ def runs_as(precision: str, target: MachineModel) -> tuple[str, str | None]:
         return precision, None
     for substitute in fallbacks(dtype):
         if target.supports(substitute):
-            accumulate = precision.split(".", 1)[1] if "." in precision else ""
-            new = substitute if substitute == "fp32" or not accumulate else f"{substitute}.{accumulate}"
+            new = substitute if substitute == "fp32" or "." not in precision else f"{substitute}.{accumulate_of(precision)}"
             return new, f"{dtype} is not supported: runs as {substitute}"
     return precision, None
 
