@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from pygpuperf.analyze.kernel_time import MEMORY, CardTerms, KernelWork, card_terms, kernel_time
 from pygpuperf.core.precision import dtype_of
+from pygpuperf.core.settings import StepSettings
 from pygpuperf.core.results import MachineModel
 from pygpuperf.explain import attribution, costs, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convolutions, is_matrix_vector
@@ -555,6 +556,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
                                 "kernels": len(idx), **ev}
     fix: Fix | None = None
     part = _PART_OF.get(cause_id, "")
+    step_settings = StepSettings.parse(settings)
     if cause_id == "small_kernels":
         small = [i for i in idx if records[i].duration_us > 0 and parts[i].fixed_us > 0 and
                  parts[i].fixed_us / max(exclusive[i], 1e-9) > SMALL_KERNEL]
@@ -603,8 +605,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
                   "best; a lower precision the card has (bf16/fp8) raises the rate itself.")
     elif cause_id.startswith("kernel_choice."):
         conv = cause_id.endswith("convolution")
-        nchw = str(settings.get("memory_format", "")).lower() in ("nchw", "contiguous_format")
-        benchmark = str(settings.get("cudnn_benchmark", "")).lower()
+        nchw = step_settings.nchw
         achieved = [records[i].flops / (records[i].duration_us * 1e-6) / 1e12 for i in idx if records[i].duration_us > 0]
         evidence["median_tflops"] = round(sorted(achieved)[len(achieved) // 2], 1) if achieved else None
         title = (f"{'Convolution' if conv else 'GEMM'} {unit} run below the library's best rate for their precision "
@@ -612,7 +613,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
         if conv and nchw:
             advice = ("The convolutions run in NCHW, where cuDNN's tensor-core kernels are slower and need transposes: "
                       "put the model and its inputs in channels_last (the layout cause predicts what that buys).")
-        elif conv and benchmark not in ("on", "true", "1"):
+        elif conv and step_settings.cudnn_benchmark is not True:
             advice = ("cudnn.benchmark is off, so cuDNN picked these kernels by heuristic: turn it on to time its "
                       "algorithms once per shape.")
         else:
@@ -642,7 +643,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
             "depthwise": "These convolutions run on the CUDA cores whatever the precision; channels_last and "
                          "cudnn.benchmark can still pick faster kernels.",
         }[name]
-        if name in ("skinny", "gemv", "split_k") and settings.get("batch_size") not in (None, ""):
+        if name in ("skinny", "gemv", "split_k") and step_settings.batch_size is not None:
             fix = None  # a batch change is tried by --try-fixes; its gain is not the kernels' excess alone
     elif cause_id == "precision.fp32_no_tf32":
         new = {i: pricing.reprice(records[i], dataclasses.replace(records[i], kernel_class=KernelClass.TENSOR_GEMM,
@@ -654,7 +655,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
         fix = _fix("tf32", "TF32 on", saves, wall, {"tf32": "on"})
     elif cause_id == "precision.bf16_unused":
         title = f"FP32/TF32 matrix math would take {pct} less in bf16 on this card's matrix units."
-        amp = str(settings.get("amp", "")).lower()
+        amp = step_settings.amp or ""
         advice = ("Train under autocast (torch.autocast(device_type, dtype=torch.bfloat16); knob amp=bf16): bf16 "
                   "needs no loss scaling and halves the bytes of activations.")
         traffic = _amp_traffic_saving(records, exclusive, parts, pricing)
@@ -702,7 +703,7 @@ def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Se
         saves = sum(exclusive[i] for i in idx)
         if cause_id == NCHW_NHWC:
             title = f"NCHW↔NHWC transposes around convolutions take {pct}."
-            fmt = str(settings.get("memory_format", "")).lower()
+            fmt = step_settings.memory_format or ""
             if fmt == "channels_last":
                 advice = ("The model runs channels_last already: these come from ops without an NHWC kernel "
                           f"({', '.join(evidence['by_op_us'])}); keep their inputs in the layout they need.")
@@ -746,7 +747,7 @@ def _idle_cause(part: str, us: float, wall: float, timeline: Timeline, settings:
                   "per op.")
         fix = _fix("compile", "torch.compile", us * 0.5, wall, {"compile": "inductor"})
         return Cause("cpu.framework", part, us, round(us / wall, 4), [], title, {"us": us}, advice, fix)
-    graphs = str(settings.get("cuda_graphs", "")).lower().startswith("on")
+    graphs = StepSettings.parse(settings).cuda_graphs is True
     if part == Part.IDLE_SYNC:
         title = f"The host waits on the device (.item(), .cpu(), synchronize) for {pct}."
         advice = ("Remove the synchronizing calls from the step or move them to every Nth step; a step that "

@@ -25,6 +25,7 @@ from pygpuperf.explain.model import KernelRecord, Timeline
 from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.core.vocabulary import Part
 from pygpuperf.core.precision import dtype_of
+from pygpuperf.core.settings import StepSettings, switch
 from pygpuperf.core.results import Finding, MachineModel
 from pygpuperf.core.units import ms as _ms, percent as _pct
 
@@ -48,28 +49,16 @@ CONV_SHARE = 0.05
 TOP_OPS = 5
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-_OFF = ("off", "false", "0", "no")
-_ON = ("on", "true", "1", "yes")
 
 
 def _setting(settings: Mapping[str, Any] | None, key: str) -> bool | None:
     """A switch from the params: True/False, or None when absent or not an on/off value."""
-    if not settings or key not in settings or settings[key] is None:
-        return None
-    value = settings[key]
-    if isinstance(value, bool):
-        return value
-    word = str(value).strip().lower().split(" ", 1)[0].rstrip(",")
-    return True if word in _ON else False if word in _OFF else None
+    return switch((settings or {}).get(key))
 
 
 def _tf32(settings: Mapping[str, Any] | None) -> bool | None:
-    """TF32 on for both matmuls and convolutions: "on", or "matmul on, conv on (torch setting)"."""
-    value = (settings or {}).get("tf32")
-    if isinstance(value, str) and "matmul" in value.lower():
-        words = value.lower()
-        return "matmul on" in words and "conv on" in words
-    return _setting(settings, "tf32")
+    """TF32 on for both matmuls and convolutions ("on", or "matmul on, conv on (torch setting)")."""
+    return StepSettings.parse(settings).tf32
 
 
 def _top_ops(records: Sequence[KernelRecord], shares: Sequence[float],

@@ -25,6 +25,7 @@ import torch
 
 from pygpuperf.analyze.kernel_time import MEMORY, KernelWork, card_terms, kernel_time
 from pygpuperf.core.results import MachineModel
+from pygpuperf.core.settings import StepSettings
 from pygpuperf.trials import attention, convs, dtype_timing, matmuls, norms, host_clock, sums
 from pygpuperf.trials.record import FixTrial, Trials
 from pygpuperf.explain import attribution, explainer, queue, words
@@ -308,7 +309,7 @@ def _predicted(step: _Priced, name: str, knobs: Mapping[str, str], samples_per_s
         return found
     if name == "channels_last" and (deltas := _nhwc_deltas(step)) is not None:
         return _host_kept(step, wall + sum(deltas), deltas)
-    change = _precision_change(name, str(explanation.settings.get("amp", "")).lower())
+    change = _precision_change(name, StepSettings.parse(explanation.settings).amp or "")
     timed = _timed_ratio(explanation, step.timings, knobs) if name == "amp" else None
     deltas: list[float] | None = None
     if found is None and change is not None:  # no cause named it: price the change itself
@@ -399,7 +400,7 @@ def _at_clock(step: _Priced, predicted_us: float, given_mhz: float, fixed_mhz: f
 
 def _amp_dtypes(explanation: Explanation, knobs: Mapping[str, str]) -> tuple[str, str]:
     """(the AMP fix's dtype, the step's dtype now: fp32 where it runs no autocast)."""
-    now = str(explanation.settings.get("amp", "")).lower()
+    now = StepSettings.parse(explanation.settings).amp or ""
     return str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
 
 
@@ -498,12 +499,12 @@ def _has_conv(explanation: Explanation) -> bool:
 
 
 def _batch_of(explanation: Explanation, target: Target) -> int | None:
-    settings = explanation.settings
-    return target.batch_size or int(settings.get("batch_size") or settings.get("samples_per_step") or 0) or None
+    settings = StepSettings.parse(explanation.settings)
+    return target.batch_size or settings.batch_size or int(settings.params.get("samples_per_step") or 0) or None
 
 
 def _candidates(explanation: Explanation, target: Target) -> list[tuple[str, str, dict[str, str]]]:
-    amp = str(explanation.settings.get("amp", "")).lower()
+    amp = StepSettings.parse(explanation.settings).amp or ""
     batch = _batch_of(explanation, target)
     out = [("tf32", "TF32 on", {"tf32": "on"}), ("cudnn_benchmark", "cudnn.benchmark on", {"cudnn_benchmark": "on"}),
            ("fp16_accumulation", "fp16 accumulation", {"fp16_accumulation": "on"}),
@@ -520,7 +521,7 @@ def _candidates(explanation: Explanation, target: Target) -> list[tuple[str, str
 def _waiver(name: str, knobs: dict[str, str], explanation: Explanation, target: Target,
             device: torch.device) -> str | None:
     """Why a fix does not apply to this step here (None: try it)."""
-    settings = explanation.settings
+    settings = StepSettings.parse(explanation.settings)
     kind = words.kind_of(str(device))
     if kind == words.CPU and name not in _CPU_FIXES:
         return {"tf32": "TF32 is a tensor-core format; a CPU does not run it",
@@ -532,14 +533,13 @@ def _waiver(name: str, knobs: dict[str, str], explanation: Explanation, target: 
     if name == "channels_last":
         if not _has_conv(explanation):
             return "the step runs no convolutions, so channels_last changes nothing"
-        if str(settings.get("memory_format", "")).lower() == "channels_last":
+        if settings.memory_format == "channels_last":
             return "the step runs channels_last already"
         if not target.takes("memory_format"):
             return "make_step takes no memory_format keyword (give it one to let the tool switch the layout)"
     if name in FLAG_KNOBS:
         key = knobs and next(iter(knobs))
-        value = str(settings.get(key, "")).lower()
-        if value.startswith("on") or (name == "tf32" and "matmul on, conv on" in value):
+        if settings.flag(key) is True:
             return f"{key} is on already"
         if name == "fp16_accumulation" and not (knob_specs.torch_flags.has_fp16_accumulation_flag()):
             return f"torch {torch.__version__} has no allow_fp16_accumulation flag"
@@ -549,13 +549,13 @@ def _waiver(name: str, knobs: dict[str, str], explanation: Explanation, target: 
         if name == "cudnn_benchmark" and not _has_conv(explanation):
             return "the step runs no convolutions, so cuDNN's algorithm choice does not matter"
     if name == "amp":
-        if "amp" not in settings or not target.takes("amp"):
+        if "amp" not in settings.params or not target.takes("amp"):
             return "the step sets no autocast dtype the tool can change (a workload's amp knob)"
     if name == "batch_size" and not knobs:
         return "the batch size is unknown"
-    if name == "cuda_graphs" and str(settings.get("cuda_graphs", "")).lower().startswith("on"):
+    if name == "cuda_graphs" and settings.cuda_graphs is True:
         return "the step is one CUDA graph already"
-    if name.startswith("compile") and str(settings.get("compile", "off")).lower() not in ("off", ""):
+    if name.startswith("compile") and settings.compiled:
         return "the step is compiled already"
     return None
 
