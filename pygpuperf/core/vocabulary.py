@@ -94,6 +94,8 @@ class CauseId(StrEnum):
     VIEW_FALLBACK = "layout.view_fallback"
     LAUNCH_GAPS = "launch_gaps"
     HOST_BOUND = "host_bound"
+    SYNC = "sync"
+    CPU_FRAMEWORK = "cpu.framework"
 
 
 class FixName(StrEnum):

@@ -19,7 +19,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pygpuperf.analyze.kernel_time import MEMORY, CardTerms, KernelWork, card_terms, kernel_time
 from pygpuperf.core.precision import dtype_of
@@ -29,7 +29,7 @@ from pygpuperf.explain import attribution, costs, tiles, words
 from pygpuperf.explain.classify import BATCH_NORM_OPS, MATMUL_OPS, has_convolutions, is_matrix_vector
 from pygpuperf.explain.model import CallAccesses, Idle, KernelRecord, Timeline
 from pygpuperf.core.vocabulary import KernelClass
-from pygpuperf.core.vocabulary import Part
+from pygpuperf.core.vocabulary import CauseId, Part
 from pygpuperf.explain.pricing import Pricing, kernel_timing
 
 # Parts the causes split (the rest of the waterfall names its cause already: no bound, copies, communication).
@@ -189,7 +189,7 @@ def _library_gap(record: KernelRecord, part: attribution.KernelPart, model: Mach
 
 
 # The cause of NCHW↔NHWC transposes around convolutions: the one layout cause a channels_last fix removes.
-NCHW_NHWC = "layout.nchw_nhwc"
+NCHW_NHWC = CauseId.NCHW_NHWC
 
 
 def _layout_cause(record: KernelRecord, neighbours: Sequence[KernelRecord], convolutions: bool) -> str:
@@ -355,16 +355,6 @@ def step_causes(records: Sequence[KernelRecord], timeline: Timeline, model: Mach
     return Causes(items, by_part)
 
 
-_PART_OF = {
-    "small_kernels": Part.FIXED, "shape.split_k": Part.TENSOR, "shape.misaligned": Part.TENSOR,
-    "shape.skinny": Part.TENSOR, "waves.few_tiles": Part.TENSOR, "shape.tile_quantization": Part.TENSOR,
-    "library_rate": Part.TENSOR, "kernel_choice.convolution": Part.TENSOR, "kernel_choice.gemm": Part.TENSOR,
-    "precision.fp32_no_tf32": Part.FALLBACK, "shape.depthwise": Part.FALLBACK, "cpu.simd_under_use": Part.FALLBACK,
-    "unfused_chain": Part.MEMORY, "shape.gemv": Part.MEMORY, "optimizer.unfused": Part.MEMORY,
-    "bandwidth": Part.MEMORY, NCHW_NHWC: Part.LAYOUT, "layout.attention_heads": Part.LAYOUT,
-    "layout.permute_contiguous": Part.LAYOUT, "layout.view_fallback": Part.LAYOUT, "waves.partial_wave": "ideal",
-    "precision.bf16_unused": "ideal",
-}
 
 
 def graph_saving_us(kernels: int, idle: Idle, terms: CardTerms) -> float:
@@ -544,197 +534,337 @@ def _fix(name: str, what: str, saves: float, wall: float, knobs: dict[str, str] 
     return Fix(name, what, saves, max(wall - saves, 0.0), dict(knobs or {}))
 
 
+@dataclass
+class _Seen:
+    """What a cause's words and fix are made from: the stretch of the step it names (`idx`, `us`) and the step."""
+
+    cause_id: str
+    us: float
+    wall: float
+    idx: list[int]
+    records: Sequence[KernelRecord]
+    exclusive: Sequence[float]
+    parts: Sequence[attribution.KernelPart]
+    pricing: Pricing
+    step_settings: StepSettings
+    kind: str
+    convolutions: bool
+    chains: list[tuple[list[int], float]]
+    chain_of: dict[int, int]
+    ev: dict[str, Any]  # what the kernels' assignment found (shape, tiles, a fused optimizer's saving)
+    units: int | None
+    evidence: dict[str, Any]  # the cause's evidence, which a rule may add to
+
+    @property
+    def gpu(self) -> bool:
+        return self.kind == words.GPU
+
+    @property
+    def unit(self) -> str:
+        return words.unit(self.kind, True)
+
+    @property
+    def pct(self) -> str:
+        return f"{100 * self.us / self.wall:.1f}% of the step ({self.us / 1e3:.2f} ms)"
+
+
+def _small_kernels(s: _Seen) -> tuple[str, str, Fix | None]:
+    wall, idx, records, exclusive = s.wall, s.idx, s.records, s.exclusive
+    parts, pricing, evidence, pct = s.parts, s.pricing, s.evidence, s.pct
+    unit, gpu = s.unit, s.gpu
+    fix: Fix | None = None
+    small = [i for i in idx if records[i].duration_us > 0 and parts[i].fixed_us > 0 and
+             parts[i].fixed_us / max(exclusive[i], 1e-9) > SMALL_KERNEL]
+    evidence["small_kernels"] = len(small)
+    evidence["fixed_us_per_kernel"] = pricing.terms.fixed_us
+    title = (f"The fixed cost of {len(idx)} {unit} ({pricing.terms.fixed_us:.2f} µs each by the kernel model) "
+             f"adds up to {pct}; {len(small)} of them spend most of their time on it.")
+    optimizer = any(records[i].phase == "optimizer" for i in idx)
+    if gpu:
+        advice = ("Fewer, larger kernels: torch.compile fuses elementwise and normalization kernels, "
+                  + ("fused optimizers (fused=True) update all parameters in a few kernels, " if optimizer else "")
+                  + "and a larger batch spreads each kernel's fixed cost over more samples.")
+    else:
+        advice = ("Fewer, larger ops: torch.compile fuses elementwise ops into vectorized loops, and a larger batch "
+                  "spreads each op's dispatch over more samples.")
+    fusible = [i for i in idx if records[i].kernel_class == KernelClass.MEMORY_BOUND]
+    saves = sum(parts[i].fixed_us for i in fusible) / 2  # fusion keeps about one kernel in two
+    fix = _fix("compile", "torch.compile (fuses memory-bound kernels)", saves, wall, {"compile": "inductor"})
+    return title, advice, fix
+
+
+def _partial_wave(s: _Seen) -> tuple[str, str, Fix | None]:
+    wall, idx, records, exclusive = s.wall, s.idx, s.records, s.exclusive
+    parts, units, pct, unit = s.parts, s.units, s.pct, s.unit
+    fix: Fix | None = None
+    title = (f"GEMM/convolution {unit} lose {pct} to partial waves: their tiles do not fill the card's "
+             f"{units or '?'} multiprocessors a whole number of times.")
+    advice = ("Change the batch (or the GEMM's M/N) so the tile count fills the last wave; the model's "
+              "bound already includes this loss.")
+    new = {}
+    for i in idx:
+        t = parts[i].timing
+        if t is not None and t.work_us > 0:
+            full = t.fixed_us + max(t.compute_us * t.wave_efficiency, t.memory_us)
+            new[i] = records[i].duration_us * full / t.total_us
+    fix = _fix("full_waves", "full waves", _saved(records, exclusive, idx, new), wall)
+    return title, advice, fix
+
+
+def _library_rate(s: _Seen) -> tuple[str, str, Fix | None]:
+    idx, records, pricing, evidence = s.idx, s.records, s.pricing, s.evidence
+    pct, unit = s.pct, s.unit
+    precisions = sorted({records[i].precision for i in idx})
+    rates = {}
+    for precision in precisions:
+        instruction = pricing.model.matrix_ceiling(precision)
+        library = pricing.model.matrix_ceiling(precision, prefer_library=True)
+        if instruction and library:
+            rates[precision] = {"instruction": round(instruction[1].value, 1), "library": round(library[1].value, 1),
+                                "unit": library[1].unit}
+    evidence["ceilings"] = rates
+    title = (f"Well-shaped GEMM/convolution {unit} take {pct} above their bound that the libraries' own rate "
+             "accounts for: the best GEMM the library runs on this card reaches "
+             + ", ".join(f"{100 * r['library'] / r['instruction']:.0f}% of the {p} instruction rate"
+                         for p, r in rates.items()) + ".")
+    advice = ("Little to gain from the model side: larger GEMMs (batch, hidden size) get closer to the library's "
+              "best; a lower precision the card has (bf16/fp8) raises the rate itself.")
+    return title, advice, None
+
+
+def _kernel_choice(s: _Seen) -> tuple[str, str, Fix | None]:
+    idx, records, evidence, pct = s.idx, s.records, s.evidence, s.pct
+    unit, step_settings, cause_id = s.unit, s.step_settings, s.cause_id
+    conv = cause_id.endswith("convolution")
+    nchw = step_settings.nchw
+    achieved = [records[i].flops / (records[i].duration_us * 1e-6) / 1e12 for i in idx if records[i].duration_us > 0]
+    evidence["median_tflops"] = round(sorted(achieved)[len(achieved) // 2], 1) if achieved else None
+    title = (f"{'Convolution' if conv else 'GEMM'} {unit} run below the library's best rate for their precision "
+             f"(median {evidence['median_tflops']} TFLOP/s) for {pct} beyond what shape and the library's rate explain.")
+    if conv and nchw:
+        advice = ("The convolutions run in NCHW, where cuDNN's tensor-core kernels are slower and need transposes: "
+                  "put the model and its inputs in channels_last (the layout cause predicts what that buys).")
+    elif conv and step_settings.cudnn_benchmark is not True:
+        advice = ("cudnn.benchmark is off, so cuDNN picked these kernels by heuristic: turn it on to time its "
+                  "algorithms once per shape.")
+    else:
+        advice = ("The library's kernel for these shapes is what runs; larger or rounder dimensions (multiples of "
+                  "128) or a lower precision let it pick faster ones.")
+    return title, advice, None
+
+
+def _few_tiles(s: _Seen) -> tuple[str, str, Fix | None]:
+    units, pct, unit = s.units, s.pct, s.unit
+    title = (f"GEMM/convolution {unit} with fewer tiles than half the card's {units} multiprocessors take {pct} "
+             "above their bound: most multiprocessors idle.")
+    advice = "Raise the batch (more rows, more tiles), or batch several small GEMMs into one bmm."
+    return title, advice, None
+
+
+def _shape(s: _Seen) -> tuple[str, str, Fix | None]:
+    """No fix of its own: a batch change, the usual remedy, is tried by --try-fixes as a whole."""
+    pct, cause_id = s.pct, s.cause_id
+    name = cause_id.split(".", 1)[1]
+    what = {"split_k": "split-K GEMMs (a reduction pass over partial tiles)",
+            "misaligned": f"GEMMs with a dimension not a multiple of {ALIGN_ELEMENTS} (slow align1/align2 kernels)",
+            "skinny": f"skinny GEMMs (a side of at most {SKINNY_DIM})",
+            "tile_quantization": "GEMMs whose dimensions are not multiples of their tile (padded tiles)",
+            "gemv": "matrix-vector products (GEMV: a few rows, memory-bound)",
+            "depthwise": "depthwise/grouped convolutions (no tensor-core kernel)"}[name]
+    title = f"{what[0].upper() + what[1:]} take {pct} above their bound."
+    advice = {
+        "split_k": "K is long against M x N: a larger batch (larger M) lets the library drop split-K.",
+        "misaligned": (f"Pad the odd dimension to a multiple of {ALIGN_ELEMENTS} (e.g. an LM head's vocabulary "
+                       "to a multiple of 64, padding the extra logits away), so the library picks its "
+                       "vectorized tensor-core kernels."),
+        "skinny": "Batch more rows into each GEMM (a larger batch, or several small GEMMs as one bmm).",
+        "tile_quantization": "Pick dimensions that are multiples of 64 or 128 (hidden sizes, batch x tokens).",
+        "gemv": "Batch more rows per GEMM (a larger batch turns GEMVs into GEMMs).",
+        "depthwise": "These convolutions run on the CUDA cores whatever the precision; channels_last and "
+                     "cudnn.benchmark can still pick faster kernels.",
+    }[name]
+    return title, advice, None
+
+
+def _fp32_no_tf32(s: _Seen) -> tuple[str, str, Fix | None]:
+    wall, idx, records, exclusive = s.wall, s.idx, s.records, s.exclusive
+    pricing, pct = s.pricing, s.pct
+    fix: Fix | None = None
+    new = {i: pricing.reprice(records[i], dataclasses.replace(records[i], kernel_class=KernelClass.TENSOR_GEMM,
+                                                              precision="tf32.acc32")) for i in idx}
+    saves = _saved(records, exclusive, idx, new)
+    title = f"FP32 GEMMs and convolutions on the CUDA cores without TF32 take {pct} above their tensor-core bound."
+    advice = ("Allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True; "
+              "knob tf32=on) or run under AMP.")
+    fix = _fix("tf32", "TF32 on", saves, wall, {"tf32": "on"})
+    return title, advice, fix
+
+
+def _bf16_unused(s: _Seen) -> tuple[str, str, Fix | None]:
+    us, wall, records, exclusive = s.us, s.wall, s.records, s.exclusive
+    parts, pricing, evidence, pct = s.parts, s.pricing, s.evidence, s.pct
+    step_settings = s.step_settings
+    fix: Fix | None = None
+    title = f"FP32/TF32 matrix math would take {pct} less in bf16 on this card's matrix units."
+    amp = step_settings.amp or ""
+    advice = ("Train under autocast (torch.autocast(device_type, dtype=torch.bfloat16); knob amp=bf16): bf16 "
+              "needs no loss scaling and halves the bytes of activations.")
+    traffic = _amp_traffic_saving(records, exclusive, parts, pricing)
+    evidence["activation_traffic_saving_us"] = round(traffic, 1)
+    fix = _fix("amp_bf16", "AMP bf16 (bf16 matrix math, half the activation traffic)", us + traffic, wall,
+               {"amp": "bf16"} if amp in ("none", "fp32", "") else {})
+    return title, advice, fix
+
+
+def _simd_under_use(s: _Seen) -> tuple[str, str, Fix | None]:
+    pct = s.pct
+    title = f"Matrix ops run below the measured SIMD/BLAS rate for {pct}."
+    advice = ("Small matrices keep few cores and short SIMD loops busy: a larger batch gives each op more rows, "
+              "and torch.set_num_threads should match the physical cores.")
+    return title, advice, None
+
+
+def _unfused_chain(s: _Seen) -> tuple[str, str, Fix | None]:
+    wall, idx, records, exclusive = s.wall, s.idx, s.records, s.exclusive
+    parts, chains, chain_of, evidence = s.parts, s.chains, s.chain_of, s.evidence
+    pct, unit, gpu = s.pct, s.unit, s.gpu
+    fix: Fix | None = None
+    members = sorted({chain_of[i] for i in idx})
+    saved_bytes = sum(chains[n][1] for n in members)
+    count = sum(len(chains[n][0]) for n in members)
+    new = {}
+    for n in members:
+        chain, chain_saved = chains[n]
+        total_bytes = sum(records[i].bytes for i in chain) or 1.0
+        keep = max(0.0, 1.0 - chain_saved / total_bytes)
+        for k, i in enumerate(chain):
+            t = parts[i].timing
+            if t is None or records[i].duration_us <= 0:
+                continue
+            residual = t.residual(records[i].duration_us) if t.work_us > 0 else 1.0
+            new[i] = (t.fixed_us if k == 0 else 0.0) + t.work_us * keep * max(residual, 1.0)
+    saves = _saved(records, exclusive, [i for n in members for i in chains[n][0]], new)
+    evidence.update({"chains": len(members), "chain_kernels": count, "saved_bytes": saved_bytes})
+    title = (f"{len(members)} chain(s) of {count} consecutive memory-bound {unit} on the same tensors take {pct} "
+             f"above their bound; fused they would not move {saved_bytes / 1e6:,.1f} MB of intermediates.")
+    advice = (f"Fuse each chain into one {'kernel' if gpu else 'loop'}: torch.compile does it for elementwise, "
+              "normalization and reduction chains.")
+    fix = _fix("fuse", f"fuse these {count} {unit}", saves, wall, {"compile": "inductor"})
+    return title, advice, fix
+
+
+def _unfused_optimizer(s: _Seen) -> tuple[str, str, Fix | None]:
+    wall, idx, parts, ev = s.wall, s.idx, s.parts, s.ev
+    pct, unit = s.pct, s.unit
+    fix: Fix | None = None
+    title = f"The optimizer's per-parameter memory-bound {unit} take {pct} above their bound."
+    advice = ("Use a fused optimizer (torch.optim.AdamW(..., fused=True), or foreach=True): one pass over all "
+              "parameters instead of several per tensor.")
+    saves = ev.get("fused_saving_us", sum(parts[i].over_us + parts[i].fixed_us * 0.9 for i in idx))
+    fix = _fix("fused_optimizer", "fused optimizer", saves, wall)
+    return title, advice, fix
+
+
+def _bandwidth(s: _Seen) -> tuple[str, str, Fix | None]:
+    pct, unit, gpu = s.pct, s.unit, s.gpu
+    title = f"Memory-bound {unit} run below the bandwidth their size reaches for {pct}."
+    advice = ("Strided or broadcast inputs and short rows keep these from streaming at full rate: make their "
+              f"inputs contiguous, or let torch.compile generate vectorized {'kernels' if gpu else 'loops'}.")
+    return title, advice, None
+
+
+def _layout(s: _Seen) -> tuple[str, str, Fix | None]:
+    wall, idx, records, exclusive = s.wall, s.idx, s.records, s.exclusive
+    parts, evidence, pct, gpu = s.parts, s.evidence, s.pct, s.gpu
+    step_settings, cause_id = s.step_settings, s.cause_id
+    fix: Fix | None = None
+    name = cause_id.split(".", 1)[1]
+    saves = sum(exclusive[i] for i in idx)
+    if cause_id == NCHW_NHWC:
+        title = f"NCHW↔NHWC transposes around convolutions take {pct}."
+        fmt = step_settings.memory_format or ""
+        if fmt == "channels_last":
+            advice = ("The model runs channels_last already: these come from ops without an NHWC kernel "
+                      f"({', '.join(evidence['by_op_us'])}); keep their inputs in the layout they need.")
+        else:
+            norm_saves, norm_evidence = _nchw_norm_saving(records, exclusive, parts)
+            evidence.update(norm_evidence)
+            advice = ("Put the model and its inputs in channels_last (model.to(memory_format=torch.channels_last); "
+                      "knob memory_format=channels_last): "
+                      f"{'cuDNN' if gpu else 'oneDNN'} convolutions work in NHWC"
+                      + (f", and the batch norms' NHWC kernels stream like the step's elementwise kernels "
+                         f"(predicted -{norm_saves / 1e3:.2f} ms)" if norm_saves > 0 else "") + ".")
+            fix = _fix("channels_last", "channels_last", saves + norm_saves, wall, {"memory_format": "channels_last"})
+    elif name == "attention_heads":
+        title = f"Copies splitting and merging attention heads take {pct}."
+        advice = ("Keep q, k, v as [batch, heads, tokens, dim] views for scaled_dot_product_attention (which reads "
+                  "strided inputs) and merge heads with one transpose(1, 2).reshape at the end, or torch.compile "
+                  "the attention block to fuse the copies into its neighbours.")
+        fix = _fix("remove_layout", "no head split/merge copies", saves, wall, {"compile": "inductor"})
+    elif name == "view_fallback":
+        title = f"reshape/flatten of non-contiguous tensors (a copy instead of a view) takes {pct}."
+        advice = ("These reshape calls copy because their input is not contiguous: reorder the ops so the "
+                  "reshape sees a contiguous tensor, or torch.compile the model.")
+        fix = _fix("remove_layout", "no reshape copies", saves, wall, {"compile": "inductor"})
+    else:
+        title = f".contiguous() copies of permuted or sliced tensors take {pct}."
+        advice = ("Keep tensors in the layout the next op reads, or torch.compile the model to fold the "
+                  "permute into its consumer.")
+        fix = _fix("remove_layout", "no permute copies", saves, wall, {"compile": "inductor"})
+    return title, advice, fix
+
+
+@dataclass(frozen=True)
+class CauseRule:
+    """One cause: its id, the waterfall part its time is counted in ("ideal": time inside the bound), and how
+    it is put in words with its fix (title, advice, fix) from what was seen. :func:`step_causes` decides which
+    kernels' time each takes; a new cause is one entry in :data:`RULES` and its kernels' assignment there."""
+
+    id: CauseId
+    part: str
+    words: Callable[[_Seen], tuple[str, str, Fix | None]]
+
+
+RULES: dict[str, CauseRule] = {rule.id: rule for rule in (
+    CauseRule(CauseId.SMALL_KERNELS, Part.FIXED, _small_kernels),
+    CauseRule(CauseId.PARTIAL_WAVE, "ideal", _partial_wave),
+    CauseRule(CauseId.LIBRARY_RATE, Part.TENSOR, _library_rate),
+    CauseRule(CauseId.KERNEL_CHOICE_GEMM, Part.TENSOR, _kernel_choice),
+    CauseRule(CauseId.KERNEL_CHOICE_CONVOLUTION, Part.TENSOR, _kernel_choice),
+    CauseRule(CauseId.FEW_TILES, Part.TENSOR, _few_tiles),
+    CauseRule(CauseId.SPLIT_K, Part.TENSOR, _shape),
+    CauseRule(CauseId.MISALIGNED, Part.TENSOR, _shape),
+    CauseRule(CauseId.SKINNY, Part.TENSOR, _shape),
+    CauseRule(CauseId.TILE_QUANTIZATION, Part.TENSOR, _shape),
+    CauseRule(CauseId.DEPTHWISE, Part.FALLBACK, _shape),
+    CauseRule(CauseId.GEMV, Part.MEMORY, _shape),
+    CauseRule(CauseId.FP32_NO_TF32, Part.FALLBACK, _fp32_no_tf32),
+    CauseRule(CauseId.BF16_UNUSED, "ideal", _bf16_unused),
+    CauseRule(CauseId.CPU_SIMD, Part.FALLBACK, _simd_under_use),
+    CauseRule(CauseId.UNFUSED_CHAIN, Part.MEMORY, _unfused_chain),
+    CauseRule(CauseId.UNFUSED_OPTIMIZER, Part.MEMORY, _unfused_optimizer),
+    CauseRule(CauseId.BANDWIDTH, Part.MEMORY, _bandwidth),
+    CauseRule(CauseId.NCHW_NHWC, Part.LAYOUT, _layout),
+    CauseRule(CauseId.ATTENTION_HEADS, Part.LAYOUT, _layout),
+    CauseRule(CauseId.PERMUTE_CONTIGUOUS, Part.LAYOUT, _layout),
+    CauseRule(CauseId.VIEW_FALLBACK, Part.LAYOUT, _layout),
+)}
+
+
 def _describe(cause_id: str, us: float, wall: float, idx: list[int], records: Sequence[KernelRecord],
               exclusive: Sequence[float], parts: Sequence[attribution.KernelPart], pricing: Pricing,
               settings: Mapping[str, Any], kind: str, convolutions: bool, chains: list[tuple[list[int], float]],
               chain_of: dict[int, int], ev: dict[str, Any], units: int | None) -> Cause | None:
-    gpu = kind == words.GPU
-    unit = words.unit(kind, True)
-    share = us / wall
-    pct = f"{100 * share:.1f}% of the step ({us / 1e3:.2f} ms)"
+    """The cause `cause_id` names for the kernels `idx` (their `us` above their bound), by its rule."""
+    rule = RULES.get(cause_id)
+    if rule is None:
+        return None
     evidence: dict[str, Any] = {"by_op_us": _ops(records, idx, exclusive), "modules": _modules(records, idx),
                                 "kernels": len(idx), **ev}
-    fix: Fix | None = None
-    part = _PART_OF.get(cause_id, "")
-    step_settings = StepSettings.parse(settings)
-    if cause_id == "small_kernels":
-        small = [i for i in idx if records[i].duration_us > 0 and parts[i].fixed_us > 0 and
-                 parts[i].fixed_us / max(exclusive[i], 1e-9) > SMALL_KERNEL]
-        evidence["small_kernels"] = len(small)
-        evidence["fixed_us_per_kernel"] = pricing.terms.fixed_us
-        title = (f"The fixed cost of {len(idx)} {unit} ({pricing.terms.fixed_us:.2f} µs each by the kernel model) "
-                 f"adds up to {pct}; {len(small)} of them spend most of their time on it.")
-        optimizer = any(records[i].phase == "optimizer" for i in idx)
-        if gpu:
-            advice = ("Fewer, larger kernels: torch.compile fuses elementwise and normalization kernels, "
-                      + ("fused optimizers (fused=True) update all parameters in a few kernels, " if optimizer else "")
-                      + "and a larger batch spreads each kernel's fixed cost over more samples.")
-        else:
-            advice = ("Fewer, larger ops: torch.compile fuses elementwise ops into vectorized loops, and a larger batch "
-                      "spreads each op's dispatch over more samples.")
-        fusible = [i for i in idx if records[i].kernel_class == KernelClass.MEMORY_BOUND]
-        saves = sum(parts[i].fixed_us for i in fusible) / 2  # fusion keeps about one kernel in two
-        fix = _fix("compile", "torch.compile (fuses memory-bound kernels)", saves, wall, {"compile": "inductor"})
-    elif cause_id == "waves.partial_wave":
-        title = (f"GEMM/convolution {unit} lose {pct} to partial waves: their tiles do not fill the card's "
-                 f"{units or '?'} multiprocessors a whole number of times.")
-        advice = ("Change the batch (or the GEMM's M/N) so the tile count fills the last wave; the model's "
-                  "bound already includes this loss.")
-        new = {}
-        for i in idx:
-            t = parts[i].timing
-            if t is not None and t.work_us > 0:
-                full = t.fixed_us + max(t.compute_us * t.wave_efficiency, t.memory_us)
-                new[i] = records[i].duration_us * full / t.total_us
-        fix = _fix("full_waves", "full waves", _saved(records, exclusive, idx, new), wall)
-    elif cause_id == "library_rate":
-        precisions = sorted({records[i].precision for i in idx})
-        rates = {}
-        for precision in precisions:
-            instruction = pricing.model.matrix_ceiling(precision)
-            library = pricing.model.matrix_ceiling(precision, prefer_library=True)
-            if instruction and library:
-                rates[precision] = {"instruction": round(instruction[1].value, 1), "library": round(library[1].value, 1),
-                                    "unit": library[1].unit}
-        evidence["ceilings"] = rates
-        title = (f"Well-shaped GEMM/convolution {unit} take {pct} above their bound that the libraries' own rate "
-                 "accounts for: the best GEMM the library runs on this card reaches "
-                 + ", ".join(f"{100 * r['library'] / r['instruction']:.0f}% of the {p} instruction rate"
-                             for p, r in rates.items()) + ".")
-        advice = ("Little to gain from the model side: larger GEMMs (batch, hidden size) get closer to the library's "
-                  "best; a lower precision the card has (bf16/fp8) raises the rate itself.")
-    elif cause_id.startswith("kernel_choice."):
-        conv = cause_id.endswith("convolution")
-        nchw = step_settings.nchw
-        achieved = [records[i].flops / (records[i].duration_us * 1e-6) / 1e12 for i in idx if records[i].duration_us > 0]
-        evidence["median_tflops"] = round(sorted(achieved)[len(achieved) // 2], 1) if achieved else None
-        title = (f"{'Convolution' if conv else 'GEMM'} {unit} run below the library's best rate for their precision "
-                 f"(median {evidence['median_tflops']} TFLOP/s) for {pct} beyond what shape and the library's rate explain.")
-        if conv and nchw:
-            advice = ("The convolutions run in NCHW, where cuDNN's tensor-core kernels are slower and need transposes: "
-                      "put the model and its inputs in channels_last (the layout cause predicts what that buys).")
-        elif conv and step_settings.cudnn_benchmark is not True:
-            advice = ("cudnn.benchmark is off, so cuDNN picked these kernels by heuristic: turn it on to time its "
-                      "algorithms once per shape.")
-        else:
-            advice = ("The library's kernel for these shapes is what runs; larger or rounder dimensions (multiples of "
-                      "128) or a lower precision let it pick faster ones.")
-    elif cause_id == "waves.few_tiles":
-        title = (f"GEMM/convolution {unit} with fewer tiles than half the card's {units} multiprocessors take {pct} "
-                 "above their bound: most multiprocessors idle.")
-        advice = "Raise the batch (more rows, more tiles), or batch several small GEMMs into one bmm."
-    elif cause_id.startswith("shape."):
-        name = cause_id.split(".", 1)[1]
-        what = {"split_k": "split-K GEMMs (a reduction pass over partial tiles)",
-                "misaligned": f"GEMMs with a dimension not a multiple of {ALIGN_ELEMENTS} (slow align1/align2 kernels)",
-                "skinny": f"skinny GEMMs (a side of at most {SKINNY_DIM})",
-                "tile_quantization": "GEMMs whose dimensions are not multiples of their tile (padded tiles)",
-                "gemv": "matrix-vector products (GEMV: a few rows, memory-bound)",
-                "depthwise": "depthwise/grouped convolutions (no tensor-core kernel)"}[name]
-        title = f"{what[0].upper() + what[1:]} take {pct} above their bound."
-        advice = {
-            "split_k": "K is long against M x N: a larger batch (larger M) lets the library drop split-K.",
-            "misaligned": (f"Pad the odd dimension to a multiple of {ALIGN_ELEMENTS} (e.g. an LM head's vocabulary "
-                           "to a multiple of 64, padding the extra logits away), so the library picks its "
-                           "vectorized tensor-core kernels."),
-            "skinny": "Batch more rows into each GEMM (a larger batch, or several small GEMMs as one bmm).",
-            "tile_quantization": "Pick dimensions that are multiples of 64 or 128 (hidden sizes, batch x tokens).",
-            "gemv": "Batch more rows per GEMM (a larger batch turns GEMVs into GEMMs).",
-            "depthwise": "These convolutions run on the CUDA cores whatever the precision; channels_last and "
-                         "cudnn.benchmark can still pick faster kernels.",
-        }[name]
-        if name in ("skinny", "gemv", "split_k") and step_settings.batch_size is not None:
-            fix = None  # a batch change is tried by --try-fixes; its gain is not the kernels' excess alone
-    elif cause_id == "precision.fp32_no_tf32":
-        new = {i: pricing.reprice(records[i], dataclasses.replace(records[i], kernel_class=KernelClass.TENSOR_GEMM,
-                                                                  precision="tf32.acc32")) for i in idx}
-        saves = _saved(records, exclusive, idx, new)
-        title = f"FP32 GEMMs and convolutions on the CUDA cores without TF32 take {pct} above their tensor-core bound."
-        advice = ("Allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True; "
-                  "knob tf32=on) or run under AMP.")
-        fix = _fix("tf32", "TF32 on", saves, wall, {"tf32": "on"})
-    elif cause_id == "precision.bf16_unused":
-        title = f"FP32/TF32 matrix math would take {pct} less in bf16 on this card's matrix units."
-        amp = step_settings.amp or ""
-        advice = ("Train under autocast (torch.autocast(device_type, dtype=torch.bfloat16); knob amp=bf16): bf16 "
-                  "needs no loss scaling and halves the bytes of activations.")
-        traffic = _amp_traffic_saving(records, exclusive, parts, pricing)
-        evidence["activation_traffic_saving_us"] = round(traffic, 1)
-        fix = _fix("amp_bf16", "AMP bf16 (bf16 matrix math, half the activation traffic)", us + traffic, wall,
-                   {"amp": "bf16"} if amp in ("none", "fp32", "") else {})
-    elif cause_id == "cpu.simd_under_use":
-        title = f"Matrix ops run below the measured SIMD/BLAS rate for {pct}."
-        advice = ("Small matrices keep few cores and short SIMD loops busy: a larger batch gives each op more rows, "
-                  "and torch.set_num_threads should match the physical cores.")
-    elif cause_id == "unfused_chain":
-        members = sorted({chain_of[i] for i in idx})
-        saved_bytes = sum(chains[n][1] for n in members)
-        count = sum(len(chains[n][0]) for n in members)
-        new = {}
-        for n in members:
-            chain, chain_saved = chains[n]
-            total_bytes = sum(records[i].bytes for i in chain) or 1.0
-            keep = max(0.0, 1.0 - chain_saved / total_bytes)
-            for k, i in enumerate(chain):
-                t = parts[i].timing
-                if t is None or records[i].duration_us <= 0:
-                    continue
-                residual = t.residual(records[i].duration_us) if t.work_us > 0 else 1.0
-                new[i] = (t.fixed_us if k == 0 else 0.0) + t.work_us * keep * max(residual, 1.0)
-        saves = _saved(records, exclusive, [i for n in members for i in chains[n][0]], new)
-        evidence.update({"chains": len(members), "chain_kernels": count, "saved_bytes": saved_bytes})
-        title = (f"{len(members)} chain(s) of {count} consecutive memory-bound {unit} on the same tensors take {pct} "
-                 f"above their bound; fused they would not move {saved_bytes / 1e6:,.1f} MB of intermediates.")
-        advice = (f"Fuse each chain into one {'kernel' if gpu else 'loop'}: torch.compile does it for elementwise, "
-                  "normalization and reduction chains.")
-        fix = _fix("fuse", f"fuse these {count} {unit}", saves, wall, {"compile": "inductor"})
-    elif cause_id == "optimizer.unfused":
-        title = f"The optimizer's per-parameter memory-bound {unit} take {pct} above their bound."
-        advice = ("Use a fused optimizer (torch.optim.AdamW(..., fused=True), or foreach=True): one pass over all "
-                  "parameters instead of several per tensor.")
-        saves = ev.get("fused_saving_us", sum(parts[i].over_us + parts[i].fixed_us * 0.9 for i in idx))
-        fix = _fix("fused_optimizer", "fused optimizer", saves, wall)
-    elif cause_id == "bandwidth":
-        title = f"Memory-bound {unit} run below the bandwidth their size reaches for {pct}."
-        advice = ("Strided or broadcast inputs and short rows keep these from streaming at full rate: make their "
-                  f"inputs contiguous, or let torch.compile generate vectorized {'kernels' if gpu else 'loops'}.")
-    elif cause_id.startswith("layout."):
-        name = cause_id.split(".", 1)[1]
-        saves = sum(exclusive[i] for i in idx)
-        if cause_id == NCHW_NHWC:
-            title = f"NCHW↔NHWC transposes around convolutions take {pct}."
-            fmt = step_settings.memory_format or ""
-            if fmt == "channels_last":
-                advice = ("The model runs channels_last already: these come from ops without an NHWC kernel "
-                          f"({', '.join(evidence['by_op_us'])}); keep their inputs in the layout they need.")
-            else:
-                norm_saves, norm_evidence = _nchw_norm_saving(records, exclusive, parts)
-                evidence.update(norm_evidence)
-                advice = ("Put the model and its inputs in channels_last (model.to(memory_format=torch.channels_last); "
-                          "knob memory_format=channels_last): "
-                          f"{'cuDNN' if gpu else 'oneDNN'} convolutions work in NHWC"
-                          + (f", and the batch norms' NHWC kernels stream like the step's elementwise kernels "
-                             f"(predicted -{norm_saves / 1e3:.2f} ms)" if norm_saves > 0 else "") + ".")
-                fix = _fix("channels_last", "channels_last", saves + norm_saves, wall, {"memory_format": "channels_last"})
-        elif name == "attention_heads":
-            title = f"Copies splitting and merging attention heads take {pct}."
-            advice = ("Keep q, k, v as [batch, heads, tokens, dim] views for scaled_dot_product_attention (which reads "
-                      "strided inputs) and merge heads with one transpose(1, 2).reshape at the end, or torch.compile "
-                      "the attention block to fuse the copies into its neighbours.")
-            fix = _fix("remove_layout", "no head split/merge copies", saves, wall, {"compile": "inductor"})
-        elif name == "view_fallback":
-            title = f"reshape/flatten of non-contiguous tensors (a copy instead of a view) takes {pct}."
-            advice = ("These reshape calls copy because their input is not contiguous: reorder the ops so the "
-                      "reshape sees a contiguous tensor, or torch.compile the model.")
-            fix = _fix("remove_layout", "no reshape copies", saves, wall, {"compile": "inductor"})
-        else:
-            title = f".contiguous() copies of permuted or sliced tensors take {pct}."
-            advice = ("Keep tensors in the layout the next op reads, or torch.compile the model to fold the "
-                      "permute into its consumer.")
-            fix = _fix("remove_layout", "no permute copies", saves, wall, {"compile": "inductor"})
-    else:
-        return None
-    return Cause(cause_id, part, us, round(share, 4), idx, title, evidence, advice, fix)
+    seen = _Seen(cause_id, us, wall, idx, records, exclusive, parts, pricing, StepSettings.parse(settings), kind,
+                 convolutions, chains, chain_of, ev, units, evidence)
+    title, advice, fix = rule.words(seen)
+    return Cause(cause_id, rule.part, us, round(us / wall, 4), idx, title, evidence, advice, fix)
 
 
 def _idle_cause(part: str, us: float, wall: float, timeline: Timeline, settings: Mapping[str, Any], kind: str,
