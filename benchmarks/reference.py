@@ -1,7 +1,6 @@
 """The compact reference data under benchmarks/reference/, from which every documented table is generated.
 
     python benchmarks/reference.py add --card CARD RUN_DIR [RUN_DIR ...]
-    python benchmarks/reference.py extract-archive
 
 add: compacts a fresh run into benchmarks/reference/ and records it in index.json. RUN_DIR holds a
 results.json (the main command's: it becomes the card's machine model) and/or explain.json files as
@@ -10,9 +9,8 @@ RUN_DIR/fixes/*/explain.json; each folder named by the explain command's argumen
 profiles/CARD/CONFIGURATION.json.gz; the profile it replaces moves to profiles/CARD/earlier/ while it still
 holds the latest measurement of a fix, and is dropped otherwise. It exits 1 when the folder outgrows its budget.
 
-extract-archive: the one-off extraction from the raw archive of the project's first runs (benchmarks/results/,
-no longer tracked; every file is in the repository's history). It rewrites machines/, profiles/ and extracts/
-from that archive alone (published/ and tables/ stay), so it can go once the archive is gone.
+The first reference data was extracted once from the raw archive of the project's first runs, which the
+repository's history keeps (benchmarks/results/ at commit 3d39aaf).
 
 What a compact file keeps: a results.json without per-sample times, telemetry or sweep points (the machine
 model, the ceilings and their statistics stay; a machine model's run keeps the best variant of each probe
@@ -30,10 +28,8 @@ import gzip
 import io
 import json
 import re
-import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -329,191 +325,8 @@ def add(card: str, runs: list[Path]) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- extract-archive
-
-ARCHIVE = ROOT / "benchmarks" / "results"
-H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
-DEVICES = {H200: "NVIDIA H200", H100: "NVIDIA H100 80GB HBM3"}
-# The H200 runs of --try-fixes in the order they ran, from the first that timed each fix in windows
-# alternating with the step as given (earlier runs timed fixes one after another, some with the tracing
-# library still attached; they do not fit the budget and are left in the history).
-H200_FIX_RUNS = [f"2026-12-02_fixes{n}" for n in range(16, 29)] + [f"2026-12-03_fixes{n}" for n in range(29, 39)] \
-    + [f"2026-12-04_fixes{n}" for n in range(39, 56)] + ["2026-12-07_fixes56", "2026-12-07_fixes57"]
-H100_FIX_RUN = "nvidia-h100_2026-12-07_fixes58.tar.gz"
-MACHINES = {"nvidia-h200_2026-12-01_machine-model_results.json": "machine-model",
-            "nvidia-h200_2026-11-30_compute-transfers_results.json": "default-suite"}
-PUBLISHED_RUN = "nvidia-h200_2026-12-01_final_profiles.tar.gz"
-KERNEL_MODEL_RUN = "nvidia-h200_2026-12-01_kernel-model-data.tar.gz"
-BATCH_STEPS = {"resnet50-train-amp": 256, "gpt-100m-train": 16}
-PLAIN_LOOP = {(H200, "NVIDIA H200"): ["nvidia-h200_2026-12-01_plain-loop3.json",
-                                      "nvidia-h200_2026-12-01_plain-loop3_host-bound.jsonl"],
-              ("amd-epyc-2core", "AMD EPYC, 2 cores"): ["cpu-amd-epyc-2core_2026-12-01_plain-loop.json"]}
-# The archive's runs recorded torch's version in their results.json only: every H200 run of those days
-# recorded this one. The H100 run kept none.
-ARCHIVE_TORCH = {H200: "2.11.0+cu130", H100: None}
-
-
-def _added_by(name: str) -> str:
-    return git_commit("log", "--diff-filter=A", "--format=%h", "--", f"benchmarks/results/{name}")
-
-
-def _tar_explains(name: str) -> list[tuple[str, dict, str]]:
-    """(folder, explain.json, recorded) of every explain.json in an archived tarball, in member order."""
-    out = []
-    with tarfile.open(ARCHIVE / name) as tar:
-        for member in sorted(tar.getmembers(), key=lambda m: m.name):
-            if member.isfile() and member.name.endswith("/explain.json"):
-                doc = json.loads(tar.extractfile(member).read())
-                out.append((member.name, doc, _utc(member.mtime)))
-    return out
-
-
-def _extract_fix_profiles(index: dict) -> None:
-    def put(tarball: str, card: str) -> None:
-        commit = _added_by(tarball)
-        found = [(m, doc, recorded) for m, doc, recorded in _tar_explains(tarball) if "/fixes/" in f"/{m}"]
-        started = min((recorded for _, _, recorded in found), default="")
-        for member, doc, recorded in sorted(found, key=lambda f: f[2]):
-            folder = member.split("/")[-2]
-            entry = _profile_entry(doc, REFERENCE, card, DEVICES[card], configuration_of(folder, doc.get("settings")),
-                                   recorded, started, commit, ARCHIVE_TORCH[card], FIXES)
-            for line in place_profile(index, doc, entry):
-                print(line)
-
-    for run in H200_FIX_RUNS:
-        put(f"nvidia-h200_{run}.tar.gz", H200)
-    put(H100_FIX_RUN, H100)
-
-
-def _extract_other_profiles(index: dict) -> None:
-    commit = _added_by(PUBLISHED_RUN)
-    runs = {}
-    with tarfile.open(ARCHIVE / PUBLISHED_RUN) as tar:
-        runs = json.loads(tar.extractfile("profiles/runs.json").read())
-    for member, doc, recorded in _tar_explains(PUBLISHED_RUN):
-        folder = member.split("/")[-2]
-        run = next((r for r in runs if r["name"] + "".join(f"_{k}-{v}" for k, v in r.get("knobs", {}).items())
-                    + f"-bs{r['batch']}" == folder), None)
-        if run is None or run["name"] == "llm_decode":  # not a figure's workload
-            continue
-        configuration = " ".join([run["name"], *(f"--{k.replace('_', '-')} {v}" for k, v in run.get("knobs", {}).items()),
-                                  f"--batch-size {run['batch']}"])
-        target = REFERENCE / "profiles" / H200 / PUBLISHED / f"{slug(configuration)}.json.gz"
-        write_json_gz(target, compact_profile(doc))
-        index["profiles"].append(_profile_entry(doc, target, H200, DEVICES[H200], configuration, recorded, recorded,
-                                                commit, ARCHIVE_TORCH[H200], PUBLISHED))
-        print(f"wrote {_shown(target)}")
-    commit = _added_by(KERNEL_MODEL_RUN)
-    for member, doc, recorded in _tar_explains(KERNEL_MODEL_RUN):
-        folder = member.split("/")[-2]
-        name, batch = folder.rsplit("-bs", 1)
-        if BATCH_STEPS.get(name) != int(batch):
-            continue
-        configuration = f"{name} --batch-size {batch}"
-        target = REFERENCE / "profiles" / H200 / BATCH / f"{slug(configuration)}.json.gz"
-        write_json_gz(target, compact_profile(doc))
-        index["profiles"].append(_profile_entry(doc, target, H200, DEVICES[H200], configuration, recorded, recorded,
-                                                commit, ARCHIVE_TORCH[H200], BATCH))
-        print(f"wrote {_shown(target)}")
-
-
-def _extract_measurements(index: dict) -> None:
-    """The measured values the tables need from raw files too large to keep."""
-    import pandas as pd
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from kernel_model_checks import read_ncu
-
-    # Unprofiled steps at each batch size, beside the batch profiles.
-    commit = _added_by(KERNEL_MODEL_RUN)
-    with tarfile.open(ARCHIVE / KERNEL_MODEL_RUN) as tar:
-        member = tar.getmember("kernel-model/runs/runs.json")
-        runs = json.loads(tar.extractfile(member).read())
-        recorded = _utc(member.mtime)
-        kept = ("name", "batch", "knobs", "step_ms", "p5_ms", "p95_ms", "cv", "steps")
-        steps = [{k: r[k] for k in kept if k in r} for r in runs if r["name"] in BATCH_STEPS and "error" not in r]
-        target = REFERENCE / "extracts" / "batch-steps.json"
-        write_json(target, steps)
-        index["extracts"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": H200, "device": DEVICES[H200],
-                                  "what": "unprofiled step time at each batch size", "recorded": recorded,
-                                  "commit": commit, "torch": ARCHIVE_TORCH[H200]})
-        # Nsight Compute's counters per kernel of the batch profiles' steps.
-        with tempfile.TemporaryDirectory() as folder:
-            for name, batch in BATCH_STEPS.items():
-                member = tar.getmember(f"kernel-model/ncu_{name}_bs{batch}.csv")
-                raw = Path(folder) / "ncu.csv"
-                raw.write_bytes(tar.extractfile(member).read())
-                frame: pd.DataFrame = read_ncu(raw)
-                target = REFERENCE / "extracts" / f"ncu_{name}--batch-size-{batch}.csv.gz"
-                buffer = io.BytesIO()
-                with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=buffer, mtime=0) as out:
-                    out.write(frame.to_csv(index=False).encode("utf-8"))
-                target.write_bytes(buffer.getvalue())
-                index["extracts"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": H200,
-                                          "device": DEVICES[H200], "what": "Nsight Compute's DRAM and L2 bytes and "
-                                          f"time per kernel of the {name} step at batch {batch}",
-                                          "recorded": _utc(member.mtime), "commit": commit,
-                                          "torch": ARCHIVE_TORCH[H200]})
-    # The tool's step against a plain loop.
-    rows = []
-    sources = []
-    for (card, device), names in PLAIN_LOOP.items():
-        for name in names:
-            path = ARCHIVE / name
-            lines = path.read_text(encoding="utf-8")
-            found = ([json.loads(line) for line in lines.splitlines() if line.strip()] if name.endswith(".jsonl")
-                     else json.loads(lines))
-            kept = [r for r in found if "workload" in r and "ratio_tool_to_loop" in r]
-            rows += [dict(r, card=card, device=device) for r in kept]
-            sources.append(name)
-    target = REFERENCE / "extracts" / "plain-loop.json"
-    write_json(target, rows)
-    index["extracts"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": "nvidia-h200, amd-epyc-2core",
-                              "device": "NVIDIA H200; AMD EPYC, 2 cores",
-                              "what": "the tool's step time against a plain loop's, paired repeats",
-                              "recorded": "2026-12-01", "commit": ",".join(sorted({_added_by(s) for s in sources})),
-                              "torch": ARCHIVE_TORCH[H200]})
-
-
-def _extract_machines(index: dict) -> None:
-    for name, role in MACHINES.items():
-        doc = json.loads((ARCHIVE / name).read_text(encoding="utf-8"))
-        target = REFERENCE / "machines" / name
-        write_json(target, compact_results(doc, best_only=role == "machine-model"), dense=True)
-        versions = doc["meta"].get("versions", {})
-        index["machines"].append({"file": target.relative_to(REFERENCE).as_posix(), "card": H200,
-                                  "device": doc["meta"]["device"]["name"], "role": role,
-                                  "recorded": doc["meta"]["time_utc"], "commit": _added_by(name),
-                                  "torch": versions.get("torch"), "driver": versions.get("driver")})
-        print(f"wrote {_shown(target)}")
-
-
-def _index_published(index: dict) -> None:
-    """The published figures (moved here from benchmarks/): when each file was added, and by which commit."""
-    for path in sorted((REFERENCE / "published").glob("*.json")):
-        added = git_commit("log", "--diff-filter=A", "--format=%h@%cs", "--",
-                           f"benchmarks/{path.name}", f"benchmarks/reference/published/{path.name}")
-        commit, _, day = added.partition("@")
-        index["extracts"].append({"file": path.relative_to(REFERENCE).as_posix(), "card": "published",
-                                  "device": "the cards each figure names", "what": "published throughput figures "
-                                  "with their sources", "recorded": day, "commit": commit, "torch": None})
-
-
-def extract_archive() -> int:
-    if not ARCHIVE.is_dir():
-        print(f"{ARCHIVE}: the raw archive is not here (it is in the repository's history)", file=sys.stderr)
-        return 2
-    for folder in ("machines", "profiles", "extracts"):
-        shutil.rmtree(REFERENCE / folder, ignore_errors=True)
-    index = {"machines": [], "profiles": [], "extracts": []}
-    _extract_machines(index)
-    _extract_fix_profiles(index)
-    _extract_other_profiles(index)
-    _extract_measurements(index)
-    _index_published(index)
-    save_index(index)
-    print(f"benchmarks/reference/ holds {reference_size() / 1e6:.2f} MB")
-    return 0
+# The card whose default suite the documented ceilings table shows.
+H200 = "nvidia-h200"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -522,13 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("add", help="compact a fresh run into benchmarks/reference/")
     a.add_argument("--card", required=True, help="the card's name in the reference, e.g. nvidia-h100-80gb-hbm3")
     a.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR")
-    sub.add_parser("extract-archive", help="the one-off extraction from benchmarks/results/")
     args = parser.parse_args(argv)
-    if args.command == "add":
-        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", args.card):
-            parser.error(f"--card {args.card!r}: lower-case letters, digits, '.', '_' and '-' only")
-        return add(args.card, args.runs)
-    return extract_archive()
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", args.card):
+        parser.error(f"--card {args.card!r}: lower-case letters, digits, '.', '_' and '-' only")
+    return add(args.card, args.runs)
 
 
 if __name__ == "__main__":
