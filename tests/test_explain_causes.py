@@ -387,3 +387,19 @@ def test_a_recorded_step_explained_again_gets_bounds_causes_and_findings_from_th
     assert all(r.bound_us is not None and r.bound_us > 0 for r in records)
     assert diagnosis.causes is not None and diagnosis.findings
     assert e.median.waterfall.ideal_us == pytest.approx(sum(r.bound_us for r in records))
+
+
+def test_the_explain_package_called_as_a_function_explains_and_diagnoses_a_step():
+    import torch
+
+    import pygpuperf
+
+    linear = torch.nn.Linear(64, 64)
+    x = torch.randn(32, 64)
+
+    def step():
+        linear(x).relu().sum().backward()
+
+    got = pygpuperf.explain(step, cpu_model(), "cpu", steps=1, warmup=1, timed_steps=0)
+    assert got.explanation.median.kernels and got.explanation.device == "cpu"
+    assert got.causes is not None and got.causes.items and got.findings is got.diagnosis.findings
