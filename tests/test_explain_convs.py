@@ -1,6 +1,7 @@
 """The convolution timing an AMP dtype fix is priced by: the step's shapes read from its profile, each dtype
 timed and checked against fp32, and each convolution kernel of the prediction priced by its shape's ratio."""
 
+import dataclasses
 import pytest
 import torch
 
@@ -208,8 +209,7 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
         return [_timing({dtype_timing.variant(d, scale): 10.0 * (1.5 if scale == 2 else 1.0) for d in dtypes})]
 
     monkeypatch.setattr(fixes, "_LIBRARY_FAMILIES", tuple(
-        (what, attr, timed if attr == "conv_timings" else time_all, dtype_of, ratios)
-        for what, attr, time_all, dtype_of, ratios in fixes._LIBRARY_FAMILIES))
+        dataclasses.replace(f, time_step=timed) if f.field == "conv_timings" else f for f in fixes._LIBRARY_FAMILIES))
     real_spacer = fixes._spacer
 
     def spacer(device, size):  # the memory each round holds aside while it times

@@ -1,6 +1,7 @@
 """Matrix products timed per dtype and batch on the step's own shapes and layouts, and the batch fix priced by
 them."""
 
+import dataclasses
 import json
 
 import pytest
@@ -91,7 +92,7 @@ def test_a_channels_last_fix_times_no_gemm_and_a_batch_fix_does(monkeypatch):
         return []
 
     monkeypatch.setattr(fixes, "_LIBRARY_FAMILIES", tuple(
-        (what, attr, spy, lambda records: "fp32", ratios) for what, attr, _, _, ratios in fixes._LIBRARY_FAMILIES))
+        dataclasses.replace(f, time_step=spy, step_dtype=lambda records: "fp32") for f in fixes._LIBRARY_FAMILIES))
     line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
     step = ExplainedStep(0, [_gemm()], line, Waterfall(0.0, {}, 100.0, 0.0, 1.0), [])
     e = Explanation("cpu", [step], step, {}, None, {})
@@ -116,8 +117,8 @@ def test_on_an_accelerator_each_variant_is_timed_in_turn_and_its_fastest_placeme
                                      {dtype_timing.variant("fp32", scale): us})]
 
     monkeypatch.setattr(fixes, "_LIBRARY_FAMILIES", tuple(
-        (what, attr, spy, lambda records: "fp32", ratios) for what, attr, _, _, ratios in fixes._LIBRARY_FAMILIES
-        if attr == "matmul_timings"))
+        dataclasses.replace(f, time_step=spy, step_dtype=lambda records: "fp32") for f in fixes._LIBRARY_FAMILIES
+        if f.field == "matmul_timings"))
     monkeypatch.setattr(fixes, "release_device_memory", lambda device: None)
     line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
     step = ExplainedStep(0, [_gemm()], line, Waterfall(0.0, {}, 100.0, 0.0, 1.0), [])

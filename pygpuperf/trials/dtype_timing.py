@@ -14,6 +14,7 @@ is checked against an fp32 reference after timing; one that is off, or cannot ru
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,21 @@ Outputs = Sequence[torch.Tensor | None]
 
 # The layout a channels_last fix moves an NCHW step's tensors to, as a variant key's suffix.
 NHWC = "nhwc"
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    """One family of library ops --try-fixes times on the device (batch norms, convolutions, ...): what it is
+    called, the field of :class:`~pygpuperf.trials.record.Trials` that keeps its timings, how the step's shapes
+    of it are timed, the dtype the step runs it in, and each kernel's ratio between two of its timings. A new
+    family is one more module with these and one entry in the fixes' family table."""
+
+    what: str
+    field: str
+    time_step: Callable[..., list[Any]]
+    step_dtype: Callable[[Sequence[KernelRecord]], str | None]
+    ratios: Callable[..., Callable[[KernelRecord], float | None]]
+    layout_sensitive: bool  # channels_last lays its tensors out differently (a GEMM's operands are matrices)
 
 
 def variant(dtype: str, scale: float = 1.0, layout: str = "") -> str:

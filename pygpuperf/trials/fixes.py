@@ -404,17 +404,16 @@ def _amp_dtypes(explanation: Explanation, knobs: Mapping[str, str]) -> tuple[str
     return str(knobs.get("amp", "")), now if now in ("fp16", "bf16") else "fp32"
 
 
-# The library op families timed on the device: (what, Trials attribute, time the step's shapes,
-# the dtype the step runs them in, each kernel's ratio between two timings).
+# The library op families timed on the device, in the order their ratios are looked up.
 _LIBRARY_FAMILIES = (
-    ("batch norms", "norm_timings", norms.time_step_norms, norms.step_dtype, norms.ratios),
-    ("convolutions", "conv_timings", convs.time_step_convs, convs.step_dtype, convs.ratios),
-    ("sums", "sum_timings", sums.time_step_sums, sums.step_dtype, sums.ratios),
-    ("matrix products", "matmul_timings", matmuls.time_step_matmuls, matmuls.step_dtype, matmuls.ratios),
-    ("attention", "attention_timings", attention.time_step_attention, attention.step_dtype, attention.ratios),
+    dtype_timing.OpFamily("batch norms", "norm_timings", norms.time_step_norms, norms.step_dtype, norms.ratios, True),
+    dtype_timing.OpFamily("convolutions", "conv_timings", convs.time_step_convs, convs.step_dtype, convs.ratios, True),
+    dtype_timing.OpFamily("sums", "sum_timings", sums.time_step_sums, sums.step_dtype, sums.ratios, True),
+    dtype_timing.OpFamily("matrix products", "matmul_timings", matmuls.time_step_matmuls, matmuls.step_dtype,
+                          matmuls.ratios, False),
+    dtype_timing.OpFamily("attention", "attention_timings", attention.time_step_attention, attention.step_dtype,
+                          attention.ratios, False),
 )
-# The families whose tensors channels_last lays out differently (a GEMM's operands are matrices either way).
-_LAYOUT_FAMILIES = ("norm_timings", "conv_timings", "sum_timings")
 Ratio = Callable[[KernelRecord], float | None]
 
 
@@ -423,8 +422,8 @@ def _timed_families(explanation: Explanation, timed: Trials, knobs: Mapping[str,
     families timed on the device (`timed`'s norm_timings, conv_timings, sum_timings, matmul_timings,
     attention_timings)."""
     to, frm = _amp_dtypes(explanation, knobs)
-    return [(what, len(timings), ratios(timings, to, frm)) for what, attr, _, _, ratios in _LIBRARY_FAMILIES
-            if (timings := getattr(timed, attr))]
+    return [(f.what, len(timings), f.ratios(timings, to, frm)) for f in _LIBRARY_FAMILIES
+            if (timings := getattr(timed, f.field))]
 
 
 def _timed_variant(explanation: Explanation, timed: Trials, scale: float,
@@ -432,12 +431,12 @@ def _timed_variant(explanation: Explanation, timed: Trials, scale: float,
     """(op family, shapes timed, each of its kernels' time at `scale` times the batch, or in `layout`, over its
     time now, in the dtype the step runs the family in) for the families `timed` both ways on the device."""
     out = []
-    for what, attr, _, dtype_of, ratios in _LIBRARY_FAMILIES:
-        timings, dtype = getattr(timed, attr), dtype_of(explanation.median.kernels)
+    for family in _LIBRARY_FAMILIES:
+        timings, dtype = getattr(timed, family.field), family.step_dtype(explanation.median.kernels)
         at = dtype_timing.variant(dtype, scale, layout) if dtype else None
         both = [t for t in timings if at and t.ratio(at, dtype) is not None]
         if both:
-            out.append((what, len(both), ratios(both, at, dtype)))
+            out.append((family.what, len(both), family.ratios(both, at, dtype)))
     return out
 
 
@@ -955,11 +954,11 @@ def _time_library_ops(explanation: Explanation, timed: Trials, device: torch.dev
     (:data:`_LIBRARY_FAMILIES`). A variant `timed` holds already is not timed again."""
     records = explanation.median.kernels
     training = any(r.phase == "backward" for r in records)
-    for _, attr, time_all, dtype_of, _ in _LIBRARY_FAMILIES:
-        if layout and attr not in _LAYOUT_FAMILIES:
+    for family in _LIBRARY_FAMILIES:
+        if layout and not family.layout_sensitive:
             continue
-        timings = getattr(timed, attr)
-        step = dtype_of(records)
+        timings = getattr(timed, family.field)
+        step = family.step_dtype(records)
         if layout:
             wanted = [(step, 1.0, ""), (step, 1.0, layout)] if step else []
         else:
@@ -981,11 +980,11 @@ def _time_library_ops(explanation: Explanation, timed: Trials, device: torch.dev
                 with _spacer(device, round_ * ROUND_SPACER_BYTES):
                     try:
                         laid_out = {"layout": laid} if laid else {}  # only the layout families take one
-                        timings = dtype_timing.merged(timings, time_all(records, training, device, dtypes=dtypes,
-                                                                        scale=at, **laid_out))
+                        more = family.time_step(records, training, device, dtypes=dtypes, scale=at, **laid_out)
+                        timings = dtype_timing.merged(timings, more)
                     except RuntimeError:  # out of memory for its tensors: the fix is then priced without it
                         continue
-        timed = dataclasses.replace(timed, **{attr: tuple(timings)})
+        timed = dataclasses.replace(timed, **{family.field: tuple(timings)})
     return timed
 
 
