@@ -463,7 +463,9 @@ def test_cpu_throughput_matches_a_plain_pytorch_loop() -> None:
                               knobs={"image_size": size})
         measured.append(result.samples_per_second)
     assert result.params["precision"] == "fp32" and result.params["memory_format"] == "nchw"
-    assert max(measured) == pytest.approx(max(plain), rel=0.15)
+    # A loaded 2-core host moves one side's best round by up to a fifth against the other's; what this guards
+    # against (a sync per step, warm-up counted, the batch miscounted) moves it by half or more.
+    assert max(measured) == pytest.approx(max(plain), rel=0.35)
 
 
 # --------------------------------------------------------------------------- knobs that need a GPU
