@@ -88,7 +88,7 @@ def test_resnet50_explained_with_full_coverage_and_no_miscounted_kernels():
     model = explainer.quick_machine_model("cuda")
     with get_workload("resnet50-train-amp").build("cuda", BATCH, memory_format="channels_last",
                                                    cudnn_benchmark=True) as built:
-        explanation = diagnose.explain_built(built, model, "cuda", steps=2)
+        explanation = diagnose.explain_built(built, model, "cuda", steps=2).explanation
     step = explanation.median
     assert explanation.throughput is not None and explanation.throughput.peak_memory_bytes > 0
     # The waterfall adds up to the step timed without the profiler (its overhead is taken off idle time).
