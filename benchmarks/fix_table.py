@@ -27,7 +27,6 @@ benchmarks/tables.py builds the documented table with :func:`fix_table` and :fun
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import re
@@ -67,10 +66,10 @@ def _repredicted(path: Path, model) -> tuple[dict[str, float | None], AtClock]:
     for f in trials.fixes:
         host = fixes.windows_host(f)
         ran = "compile" if f.predicted_without_graphs_us is not None else f.name  # reduce-overhead without graphs
-        with fixes.host_paced_at(e, host) if host else contextlib.nullcontext(e) as paced:
-            predictions[f.name] = fixes.predicted_step(paced, model, ran, f.knobs, samples,
-                                                       graph_fuses_optimizer=built_in, found=found, timings=trials)
-    return predictions, lambda predicted, given, fixed: fixes.at_clock(e, model, predicted, given, fixed)
+        paced = fixes.host_paced_at(trials, host) if host else trials
+        predictions[f.name] = fixes.predicted_step(e, model, ran, f.knobs, samples, graph_fuses_optimizer=built_in,
+                                                   found=found, timings=paced)
+    return predictions, lambda predicted, given, fixed: fixes.at_clock(e, model, predicted, given, fixed, trials)
 
 
 def _at_fixed_clock(fix: dict, predicted: float, at_clock: AtClock | None) -> float:

@@ -13,6 +13,7 @@ OUT is the RUNS_DIR of `benchmarks/kernel_model_checks.py batch`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 import traceback
@@ -29,9 +30,8 @@ def run(name: str, batch: int, model, out: Path, device: str, knobs: dict[str, s
     started = time.monotonic()
     workload = UserWorkload(name) if ".py" in name else get_workload(name)
     with workload.build(device, batch, **knobs) as built:
-        explanation = diagnose.explain_built(built, model, device, steps=3)
-        params = dict(built.params)
-    explanation.settings = params
+        explained = diagnose.explain_built(built, model, device, steps=3).explanation
+        explanation = dataclasses.replace(explained, settings=dict(built.params))
     out.mkdir(parents=True, exist_ok=True)  # explain.json alone: the checks read nothing else
     (out / "explain.json").write_text(json.dumps(explanation.to_dict(), default=str), encoding="utf-8")
     t = explanation.throughput

@@ -1,6 +1,8 @@
 """Named causes inside the waterfall's under-use parts, their advice by what the model contains, and the
 kernel model's prediction of what a fix buys."""
 
+import dataclasses
+
 import pytest
 
 from pygpuperf import diagnose
@@ -237,8 +239,7 @@ def _attention_step_compiled(module: str):
 
     records = [k("tensor_gemm", 100, "aten::addmm", "fp16.acc32", 1e9, 1e6, "blocks.0.attn.qkv"),
                k("layout", 40, "aten::contiguous", module=module, name="elementwise_kernel copy")]
-    e = explanation(records)
-    e.throughput = Throughput(Stats.of([140.0] * 3), 8)
+    e = dataclasses.replace(explanation(records), throughput=Throughput(Stats.of([140.0] * 3), 8))
     d_e = findings.diagnose_step(e, {"batch_size": "8"}, gpu_model())
     trials = Trials((FixTrial("compile", "torch.compile", {"compile": "inductor"}, "measured", predicted_step_us=100.0,
                               measured_step_us=97.0, baseline_step_us=140.0, samples_per_step=8,
@@ -261,8 +262,8 @@ def test_explain_html_shows_each_cause_with_its_fix_and_the_measured_step():
     assert layout.title.split(" (")[0][:40] in page.replace("&#39;", "'")
     assert '<td>torch.compile</td><td>measured</td><td class="num">0.14</td><td class="num">0.10</td>' in page
     assert "the host&#39;s own time per step" not in page  # nothing timed the host's pace here
-    e.host_at_batch, e.host_at_batch_one = HostTime(19430.0, 2310.0), HostTime(17160.0)
-    page = explain_html(e, gpu_model(), diagnosis=diagnosis, trials=trials)
+    timed = dataclasses.replace(trials, host_at_batch=HostTime(19430.0, 2310.0), host_at_batch_one=HostTime(17160.0))
+    page = explain_html(e, gpu_model(), diagnosis=diagnosis, trials=timed)
     assert ("the host&#39;s own time per step, without the profiler: 19.43 ms at the step&#39;s batch, each step "
             "after a drain, 2.31 of it in the optimizer&#39;s step; 17.16 ms at batch 1.") in page
 

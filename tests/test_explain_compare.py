@@ -153,7 +153,7 @@ def test_bad_comparisons():
 def test_explanation_round_trips_through_json():
     a, _ = runs()
     a.median.kernels[0].bound_us = 500.0  # faster than its bound: the self-check must come back
-    a.unknown_ops = {"aten::mystery": 3.0}
+    a = dataclasses.replace(a, unknown_ops={"aten::mystery": 3.0})
     doc = json.loads(json.dumps(a.to_dict(), default=str))
     back = compare.explanation_from_json(doc)
     assert [dataclasses.asdict(r) for r in back.median.kernels] == [dataclasses.asdict(r) for r in a.median.kernels]

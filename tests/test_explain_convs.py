@@ -217,7 +217,7 @@ def test_a_batch_fix_prices_each_timed_convolution_by_its_shapes_time_at_the_new
         return real_spacer(device, size)
 
     monkeypatch.setattr(fixes, "_spacer", spacer)
-    e.throughput = Throughput(Stats.of([100.0] * 3), 8)
+    e = dataclasses.replace(e, throughput=Throughput(Stats.of([100.0] * 3), 8))
     target = fixes.Target(lambda b, k: BuiltWorkload(lambda: None, b or 8, {}), lambda k: True, 8)
     tried = fixes.try_fixes(e, model, target, "cuda", only=["batch_size"],
                             measure=lambda step, device, samples, **_: Throughput(Stats.of([10.0 if samples == 1 else 160.0] * 3),

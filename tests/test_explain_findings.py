@@ -1,5 +1,6 @@
 """Findings of an explained step, on synthetic kernels and on the H200 ResNet-50 numbers."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -265,8 +266,8 @@ def test_memory_findings_name_a_batch_that_did_not_fit_and_estimate_one_that_wou
     assert halved.severity == "warning" and "batch 256" in halved.title
     m = model()
     m.capacity["memory"] = Ceiling(80e9, "B", "test", "")
-    step.throughput = Throughput(Stats(100.0, 100.0, 100.0, 100.0, 0.0, 5), 256, peak_memory_bytes=20e9,
-                                 resident_memory_bytes=4e9)
+    step = dataclasses.replace(step, throughput=Throughput(Stats(100.0, 100.0, 100.0, 100.0, 0.0, 5), 256,
+                                                           peak_memory_bytes=20e9, resident_memory_bytes=4e9))
     estimate = by_title(findings.explain_findings(step, {"batch_size": "256"}, m), "would fit")
     assert "about 1216 samples" in estimate.title  # (80 - 4) GB / (16 GB / 256)
     assert estimate.evidence["batch_that_fits"] == 1216

@@ -1,5 +1,6 @@
 """--try-fixes: each fix applied and timed, failures reported not raised, torch's flags put back."""
 
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -154,11 +155,11 @@ def test_no_fix_that_keeps_the_hosts_work_is_predicted_below_the_step_at_batch_o
     m = _model()
     e = _explanation("cuda:0")  # a 100 us fp32 GEMM that TF32 shortens, and 50 us of idle
     alone = fixes.predicted_step(e, m, "tf32", {"tf32": "on"}, 4, by_cause={})
-    e.host_at_batch_one = HostTime(120.0)
-    assert alone < 120.0 and fixes.predicted_step(e, m, "tf32", {"tf32": "on"}, 4, by_cause={}) == 120.0
+    floor = Trials(host_at_batch_one=HostTime(120.0))
+    assert alone < 120.0 and fixes.predicted_step(e, m, "tf32", {"tf32": "on"}, 4, by_cause={}, timings=floor) == 120.0
     # A graph replays the launches: the host's work per step is what it removes (all 50 us of idle, where
     # the card's graph period is not measured), below the step at batch 1.
-    assert fixes.predicted_step(e, m, "cuda_graphs", {"cuda_graphs": "on"}, 4, by_cause={}) == 100.0
+    assert fixes.predicted_step(e, m, "cuda_graphs", {"cuda_graphs": "on"}, 4, by_cause={}, timings=floor) == 100.0
 
 
 def test_reduce_overhead_is_the_compiled_step_as_graphs_and_compile_alone_where_inductor_skipped_them(monkeypatch):
@@ -219,19 +220,21 @@ def test_the_step_at_batch_one_is_timed_once_before_the_fixes_that_keep_the_host
     tried = fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
                             measure=measure)
     trials = tried.fixes
-    assert ran[0] == "batch1" and e.host_at_batch_one.step_us == 120.0
+    assert ran[0] == "batch1" and tried.host_at_batch_one.step_us == 120.0
     assert trials[0].measured_step_us == 130.0 and trials[0].predicted_step_us == 120.0
     # The fix is timed in windows alternating with the step as given: given, fixed, fixed, given, ...
     assert ran[1:5] == ["given", "tf32", "tf32", "given"] and trials[0].paired_savings_us == [20.0] * 4
     assert trials[0].given_windows_us == [150.0] * 4 and trials[0].fixed_windows_us == [130.0] * 4
     assert "batch 1" in trials[0].notes[0]
     assert any("batch 1" in line for line in fixes.fix_lines(trials))  # the text output shows each note
-    # and, given the explanation, the host's own pace the predictions replayed (here the step at batch 1 only)
-    e.host_at_batch = None
-    assert fixes.fix_lines(trials, e)[-1] == "  the host's own time per step, without the profiler: 0.12 ms at batch 1"
+    # and, given their record, the host's own pace the predictions replayed (here the step at batch 1 only)
+    tried = dataclasses.replace(tried, host_at_batch=None)
+    assert fixes.fix_lines(trials, tried)[-1] == \
+        "  the host's own time per step, without the profiler: 0.12 ms at batch 1"
     (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, tried), default=str))
-    back, back_trials = compare.load_explained(tmp_path)  # and the schema takes both
-    assert back.host_at_batch_one == e.host_at_batch_one and back_trials.fixes[0].paired_savings_us == [20.0] * 4
+    _, back_trials = compare.load_explained(tmp_path)  # and the schema takes both
+    assert back_trials.host_at_batch_one == tried.host_at_batch_one
+    assert back_trials.host_at_batch is None and back_trials.fixes[0].paired_savings_us == [20.0] * 4
     assert back_trials.fixes[0].fixed_windows_us == [130.0] * 4
     ran.clear()  # a graph alone changes the host's work: nothing to time at batch 1
     fixes.try_fixes(_explanation("cuda:0"), _model(), fixes.Target(build, lambda k: True, 4), "cuda",
@@ -285,8 +288,8 @@ def test_each_window_keeps_the_clock_and_power_it_ran_at_and_the_fix_says_both_s
     assert f"predicts {trial.predicted_at_fixed_clock_us / 1e3:.2f} ms" in trial.notes[-1]
     one_step = fixes._Windows([100.0], [90.0], [1965.0], [1950.0], [690.0], [700.0]).clock_note()
     assert one_step is not None and "below" not in one_step  # one 15 MHz step is within the clock's own jitter
-    e.throughput = Throughput(Stats.of([100.0] * 3), 4, sm_clock_mhz=1785.0, power_w=688.0,
-                              clock_reasons=["software_power_cap"])
+    e = dataclasses.replace(e, throughput=Throughput(Stats.of([100.0] * 3), 4, sm_clock_mhz=1785.0, power_w=688.0,
+                                                     clock_reasons=["software_power_cap"]))
     (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, Trials((trial,))), default=str))
     back, back_trials = compare.load_explained(tmp_path)  # the schema takes them
     assert back_trials.fixes[0].fixed_windows_mhz == [1740.0] * 4
@@ -331,8 +334,7 @@ def test_a_given_step_rebuilt_off_its_explained_time_is_said_and_one_within_its_
             Stats.of([120.0 if step() == "fixed" else given_us] * 3), samples)
 
     def notes(explained, given_us):
-        e = _explanation("cuda:0")
-        e.throughput = explained
+        e = dataclasses.replace(_explanation("cuda:0"), throughput=explained)
         return fixes.try_fixes(e, _model(), fixes.Target(build, lambda k: True, 4), "cuda", only=["tf32"],
                                measure=measure_given_at(given_us)).fixes[0].notes
 
@@ -449,20 +451,21 @@ def test_the_hosts_own_pace_is_timed_at_batch_one_and_at_the_steps_batch_and_kep
         return built
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # no device here to drain
     e = _explanation("cuda:0")
-    fixes.try_fixes(e, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
-                    measure=measure)
-    assert 3000.0 <= e.host_at_batch_one.optimizer_us < 3500.0
+    tried = fixes.try_fixes(e, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
+                            measure=measure)
+    assert 3000.0 <= tried.host_at_batch_one.optimizer_us < 3500.0
     # The step as given, each call timed on the host after a drain: its 2 ms and the optimizer's 3 ms.
-    assert 5000.0 <= e.host_at_batch.step_us < 6000.0 and 3000.0 <= e.host_at_batch.optimizer_us < 3500.0
-    (tmp_path / "explain.json").write_text(json.dumps(e.to_dict(), default=str))
-    back = compare.load_explanation(tmp_path)
-    assert (back.host_at_batch_one, back.host_at_batch) == (e.host_at_batch_one, e.host_at_batch)
+    assert 5000.0 <= tried.host_at_batch.step_us < 6000.0 and 3000.0 <= tried.host_at_batch.optimizer_us < 3500.0
+    (tmp_path / "explain.json").write_text(json.dumps(explain_document(e, None, tried), default=str))
+    _, back = compare.load_explained(tmp_path)
+    assert (back.host_at_batch_one, back.host_at_batch) == (tried.host_at_batch_one, tried.host_at_batch)
+    assert compare.load_explanation(tmp_path).median.timeline == e.median.timeline
     # A step that syncs on its own holds the device's time in its host's: its pace is not timed that way.
     synced = _explanation("cuda:0")
     synced.median.syncs = [(10.0, 20.0)]
-    fixes.try_fixes(synced, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
-                    measure=measure)
-    assert synced.host_at_batch is None and synced.host_at_batch_one.optimizer_us is not None
+    tried = fixes.try_fixes(synced, _model(), fixes.Target(build_stepping, lambda k: True, 4), "cuda", only=["tf32"],
+                            measure=measure)
+    assert tried.host_at_batch is None and tried.host_at_batch_one.optimizer_us is not None
 
 
 def test_the_hosts_pace_is_timed_again_beside_each_window_pair_and_the_fix_predicted_at_it(tmp_path, monkeypatch):
@@ -481,16 +484,17 @@ def test_the_hosts_pace_is_timed_again_beside_each_window_pair_and_the_fix_predi
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # no device here to drain
     real = fixes._predicted
     def predicted(step, name, *args):  # the fix's prediction: set by the host's pace
-        host = step.explanation.host_at_batch
+        host = step.timings.host_at_batch
         return real(step, name, *args) if name != "tf32" else 1000.0 + (host.step_us if host else 0.0)
     monkeypatch.setattr(fixes, "_predicted", predicted)
     e = _explanation("cuda:0")
-    trial = fixes.try_fixes(e, _model(), fixes.Target(build_slowing, lambda k: True, 4), "cuda", only=["tf32"],
-                            measure=measure).fixes[0]
-    assert 2000.0 <= e.host_at_batch.step_us < 15000.0  # timed before the fixes, and left so
+    tried = fixes.try_fixes(e, _model(), fixes.Target(build_slowing, lambda k: True, 4), "cuda", only=["tf32"],
+                            measure=measure)
+    trial = tried.fixes[0]
+    assert 2000.0 <= tried.host_at_batch.step_us < 15000.0  # timed before the fixes, and left so
     assert len(trial.windows_host_step_us) == fixes.PAIRED["other"][0]
     assert all(us >= 20000.0 for us in trial.windows_host_step_us)
-    assert trial.predicted_step_us == pytest.approx(1000.0 + e.host_at_batch.step_us)
+    assert trial.predicted_step_us == pytest.approx(1000.0 + tried.host_at_batch.step_us)
     beside = statistics.median(trial.windows_host_step_us)
     assert trial.predicted_at_windows_host_us == pytest.approx(1000.0 + beside)
     assert "beside these windows" in trial.notes[-1] and f"{trial.predicted_at_windows_host_us / 1e3:.2f} ms" in \

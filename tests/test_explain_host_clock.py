@@ -34,12 +34,11 @@ def test_the_clock_times_a_steps_backward_calls_and_optimizer_steps_apart_and_pu
 
 def test_the_host_pace_line_names_the_optimizer_and_backward_shares_where_timed():
     from pygpuperf.explain.model import HostTime
+    from pygpuperf.trials.record import Trials
 
-    class Timed:
-        host_at_batch = HostTime(30000.0, 4000.0, 15500.0)
-        host_at_batch_one = HostTime(27000.0, 3900.0)
-
-    line = host_clock.host_pace_line(Timed())
+    timed = Trials(host_at_batch=HostTime(30000.0, 4000.0, 15500.0), host_at_batch_one=HostTime(27000.0, 3900.0))
+    assert host_clock.host_pace_line(Trials()) is None and host_clock.host_pace_line(None) is None
+    line = host_clock.host_pace_line(timed)
     assert line == ("the host's own time per step, without the profiler: 30.00 ms at the step's batch, each step "
                     "after a drain, 4.00 of it in the optimizer's step, 15.50 of it in backward calls; 27.00 ms at "
                     "batch 1, 3.90 of it in the optimizer's step")

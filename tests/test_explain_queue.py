@@ -10,6 +10,7 @@ from pygpuperf.trials import fixes
 from pygpuperf.explain import queue
 from pygpuperf.explain.model import (CallAccesses, ExplainedStep, Explanation, HostTime, Idle, KernelRecord, Throughput,
                                      Timeline, Waterfall)
+from pygpuperf.trials.record import Trials
 
 
 def _step(durations, host_gap_us, sync_after=None, ops=None, phases=None, latency_us=10.0):
@@ -158,8 +159,8 @@ def test_a_sync_added_to_a_device_bound_step_exposes_the_host_at_its_pace_at_bat
     device_us = 20 * 401.0 + 20 * 6.0
     e = _explanation(records, syncs, window, device_us, amp="bf16")
     unpaced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
-    e.host_at_batch_one = HostTime(1000.0)
-    paced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    paced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8,
+                                 timings=Trials(host_at_batch_one=HostTime(1000.0)))
     # Without the host's pace the sync is not seen; with it, the optimizer's 20 launches at 25 us leave the
     # device idle for about 20 x (25 - 6) us, plus the host's 25 us before the first launch (after the sync,
     # as GradScaler's comes before the optimizer's step), the sync's return and the first launch's latency
@@ -192,16 +193,16 @@ def test_the_amp_fix_to_fp16_adds_the_scalers_unscaling_of_the_gradients_before_
     records, syncs, window = _step(durations, host_gap_us=5.0, phases=phases)
     records = [dataclasses.replace(r, call=i) for i, r in enumerate(records)]
     e = _explanation(records, syncs, window, 20 * 401.0 + 4 * 6.0, amp="bf16")
-    e.host_at_batch_one = HostTime(200.0)
-    untraced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    floor = Trials(host_at_batch_one=HostTime(200.0))
+    untraced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8, timings=floor)
     grad, param = Access(1, 400_000_000, False, False), Access(2, 400_000_000, False, False)
-    e.calls = [CallAccesses(i, "aten::_foreach_add_", (grad, param, dataclasses.replace(param, write=True)))
-               for i in range(20, 24)]
-    traced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    e = dataclasses.replace(e, calls=[CallAccesses(i, "aten::_foreach_add_", (grad, param, dataclasses.replace(
+        param, write=True))) for i in range(20, 24)])
+    traced = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8, timings=floor)
     assert traced - untraced == pytest.approx(800.0, rel=0.05)
     # The other way, bf16 from fp16, adds no unscaling (this step's profile has no scaler kernels to drop).
-    e.settings["amp"] = "fp16"
-    back = fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, 8)
+    e = dataclasses.replace(e, settings={**e.settings, "amp": "fp16"})
+    back = fixes.predicted_step(e, _model(), "amp", {"amp": "bf16"}, 8, timings=floor)
     assert back == pytest.approx(e.median.timeline.wall_us, abs=50.0)
 
 
@@ -214,15 +215,15 @@ def test_an_optimizer_timed_at_batch_one_paces_its_own_launches_after_an_added_s
     phases = {i: "backward" for i in range(20)} | {i: "optimizer" for i in range(20, 40)}
     records, syncs, window = _step(durations, host_gap_us=50.0, phases=phases)
     e = _explanation(records, syncs, window, 20 * 401.0 + 20 * 6.0, amp="bf16")
-    e.host_at_batch_one = HostTime(1000.0)
-    whole = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
-    e.host_at_batch_one = HostTime(1000.0, 800.0)
-    split = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    whole = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8,
+                                 timings=Trials(host_at_batch_one=HostTime(1000.0)))
+    split_host = Trials(host_at_batch_one=HostTime(1000.0, 800.0))
+    split = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8, timings=split_host)
     assert split - whole == pytest.approx(20 * 15.0, abs=20.0)
     # The host timed at the step's batch, where its optimizer's step took 1000 us, paces the replay instead of
     # the step at batch 1: each optimizer launch takes 50 us, 10 more (and the host's other work is slower).
-    e.host_at_batch = HostTime(3000.0, 1000.0)
-    at_batch = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8)
+    at_batch = fixes.predicted_step(e, _model(), "amp", {"amp": "fp16"}, 8,
+                                    timings=dataclasses.replace(split_host, host_at_batch=HostTime(3000.0, 1000.0)))
     assert at_batch - split >= 20 * 10.0 - 20.0
     host = queue.build(records, window, syncs, gap_us=1.0).paced(durations, 20 * 401.0 + 20 * 6.0, 1000.0, 800.0)
     assert host.scale * host.optimizer_ratio == pytest.approx(800.0 / (20 * 50.0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -96,9 +97,8 @@ def test_bf16_on_a_card_without_bf16_runs_as_fp16_with_a_note():
 def _with_throughput(profile: Explanation, batch: int = 256, peak_gb: float | None = None,
                      resident_gb: float | None = None) -> Explanation:
     step_us = Stats(10000.0, 10000.0, 10000.0, 10000.0, 0.0, 10)
-    profile.throughput = Throughput(step_us, batch, peak_gb * 1e9 if peak_gb else None,
-                                    resident_gb * 1e9 if resident_gb else None)
-    return profile
+    return dataclasses.replace(profile, throughput=Throughput(step_us, batch, peak_gb * 1e9 if peak_gb else None,
+                                                              resident_gb * 1e9 if resident_gb else None))
 
 
 def _with_memory(model: MachineModel, gb: float) -> MachineModel:
@@ -164,9 +164,8 @@ def _batch_profile() -> Explanation:
              CallAccesses(2, "aten::_foreach_add_", (Access(2, 500_000_000, True, True),))]
     line = Timeline(wall_us=1800.0, busy_us=1800.0, idle=Idle())
     step = ExplainedStep(0, [gemm, tiny, update], line, Waterfall(0, {}, 1800.0, 0, 1), [])
-    profile = Explanation("synthetic", [step], step, calls=calls)
-    profile.throughput = Throughput(Stats(1800.0, 1800.0, 1800.0, 1800.0, 0.0, 10), 64)
-    return profile
+    timed = Throughput(Stats(1800.0, 1800.0, 1800.0, 1800.0, 0.0, 10), 64)
+    return Explanation("synthetic", [step], step, throughput=timed, calls=calls)
 
 
 def _with_fixed_cost(model: MachineModel, us: float) -> MachineModel:
@@ -356,9 +355,7 @@ def test_each_published_figure_is_priced_from_the_profile_of_its_workload_and_se
     from pygpuperf.predict import profile_for
 
     def profile(**settings: str) -> Explanation:
-        p = _profile()
-        p.settings = settings
-        return p
+        return dataclasses.replace(_profile(), settings=settings)
 
     nhwc = profile(workload="resnet50-train-amp", amp="fp16", memory_format="channels_last")
     nchw = profile(workload="resnet50-train-amp", amp="fp16", memory_format="nchw")
@@ -400,7 +397,7 @@ def test_a_batch_prediction_resizes_a_memory_kernel_as_the_batch_fix_does_its_ra
                        bytes=1e6, phase="forward")  # a 50 us bound, streaming at half its bandwidth
     line = Timeline(wall_us=100.0, busy_us=100.0, idle=Idle())
     step = ExplainedStep(0, [add], line, Waterfall(0, {}, 100.0, 0, 1), [])
-    profile = Explanation("synthetic", [step], step)
-    profile.throughput = Throughput(Stats(100.0, 100.0, 100.0, 100.0, 0.0, 10), 8)
+    timed = Throughput(Stats(100.0, 100.0, 100.0, 100.0, 0.0, 10), 8)
+    profile = Explanation("synthetic", [step], step, throughput=timed)
     assert predict_batch(profile, model, 16).step_us == pytest.approx(2 * 100.0)  # the ramp hides in the stream
     assert predict_batch(profile, model, 1).step_us == pytest.approx(30.0)  # shrunk below it, the ramp is left

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.explain import attribution, words
 from pygpuperf.explain.attribution import category_times, matched_deltas
 from pygpuperf.core.vocabulary import Part
-from pygpuperf.explain.model import HOST_TIME_KEYS, CallAccesses, ExplainedStep, Explanation, HostTime, Throughput
+from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Throughput
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.trials.record import Trials
@@ -58,7 +58,8 @@ def _record(d: Mapping[str, Any]) -> KernelRecord:
 
 
 def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
-    """An :class:`Explanation` back from explain.json (``Explanation.to_dict``).
+    """An :class:`Explanation` back from explain.json (``Explanation.to_dict``; what --try-fixes measured,
+    the host's own time per step included, is :meth:`Trials.from_doc`'s).
 
     The file keeps the median step only, so the result has that one step; the other
     steps' wall times are in ``doc["step_wall_us"]``. The self-check is recomputed from
@@ -79,8 +80,7 @@ def explanation_from_json(doc: Mapping[str, Any]) -> Explanation:
     throughput = Throughput.from_dict(doc["throughput"]) if doc.get("throughput") else None
     return Explanation(str(doc.get("device", "")), [step], step, dict(doc.get("unknown_ops_us", {})), throughput,
                        {str(k): str(v) for k, v in doc.get("settings", {}).items()},
-                       calls=[CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))],
-                       **{name: HostTime.from_doc(doc, keys) for name, keys in HOST_TIME_KEYS.items()})
+                       calls=[CallAccesses.from_list(i, c) for i, c in enumerate(doc.get("calls", []))])
 
 
 def load_explained(path: str | Path) -> tuple[Explanation, Trials]:

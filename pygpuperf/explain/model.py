@@ -17,11 +17,6 @@ from pygpuperf.analyze.kernel_time import Access
 from pygpuperf.core.results import Stats
 from pygpuperf.core.vocabulary import KernelClass, Phase
 
-# Where explain.json keeps each HostTime of an Explanation: its field, then the document's key for each of
-# HostTime's fields in order (the step's time, the optimizer's share, the backward's).
-HOST_TIME_KEYS = {"host_at_batch_one": ("batch_one_step_us", "batch_one_optimizer_us", "batch_one_backward_us"),
-                  "host_at_batch": ("host_step_us", "host_optimizer_us", "host_backward_us")}
-
 
 @dataclass
 class KernelRecord:
@@ -173,7 +168,8 @@ class HostTime:
 
     @staticmethod
     def from_doc(doc: Mapping[str, Any], keys: tuple[str, ...]) -> "HostTime | None":
-        """From a document's `keys`, one per field in order (see :data:`HOST_TIME_KEYS`); None without the step's."""
+        """From a document's `keys`, one per field in order (see
+        :data:`pygpuperf.trials.record.HOST_TIME_KEYS`); None without the step's."""
         values = [float(v) if isinstance(v, (int, float)) else None for v in (doc.get(k) for k in keys)]
         return HostTime(*values) if values[0] is not None else None
 
@@ -182,9 +178,10 @@ class HostTime:
         return {key: value for key, value in zip(keys, dataclasses.astuple(self)) if value is not None}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Explanation:
-    """An explained step; what --try-fixes measured of it is a record of its own (pygpuperf.trials.record.Trials)."""
+    """An explained step, written once by the explainer; what --try-fixes measured of it (the fixes, the library
+    ops, the host's own time per step) is a record of its own (pygpuperf.trials.record.Trials)."""
 
     device: str
     steps: list[ExplainedStep]
@@ -193,11 +190,6 @@ class Explanation:
     throughput: Throughput | None = None  # timed without the profiler
     settings: dict[str, str] = field(default_factory=dict)  # the workload's params: batch, knobs, flags
     calls: list[CallAccesses] = field(default_factory=list)  # the traced step's op calls (KernelRecord.call)
-    # --try-fixes: the step at batch 1 without the profiler, a floor under any fix that keeps the host's work
-    host_at_batch_one: HostTime | None = None
-    # --try-fixes, where the step has no sync of its own: the host's own time per step at the step's batch, each
-    # step called after the device drained, without the profiler
-    host_at_batch: HostTime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         step = self.median
@@ -215,8 +207,6 @@ class Explanation:
             "unknown_ops_us": self.unknown_ops,
             "kernels": [dataclasses.asdict(r) for r in step.kernels],
             "calls": _numbered_storages(self.calls),
-            **{key: value for name, keys in HOST_TIME_KEYS.items() if (host := getattr(self, name)) is not None
-               for key, value in host.to_doc(keys).items()},
         }
 
 

@@ -123,7 +123,7 @@ def explain_view(explanation: Explanation, results: Results | MachineModel | Non
         "unknown_ops": sorted(explanation.unknown_ops.items(), key=lambda kv: -kv[1]),
         "causes": _cause_rows(diagnosis, trials, kind),
         "fixes": [f.to_dict() for f in (trials.fixes if trials is not None else ())],
-        "host_pace": host_clock.host_pace_line(explanation),
+        "host_pace": host_clock.host_pace_line(trials),
         "counting": COUNTING.format(unit=words.unit(kind)),
     }
 

@@ -14,22 +14,16 @@ from pygpuperf.explain import explainer
 from pygpuperf.diagnose import Diagnosis, findings
 from pygpuperf.trials import fixes
 from pygpuperf.trials.record import Trials
-from pygpuperf.explain.model import HOST_TIME_KEYS, Explanation
+from pygpuperf.explain.model import Explanation
 from pygpuperf.explain.model import KernelRecord
 from pygpuperf.report.explain_html import ExplainReport, write_explain_report
 
 
-_HOST_KEYS = frozenset(key for keys in HOST_TIME_KEYS.values() for key in keys)
-
-
 def explain_document(explanation: Explanation, diagnosis: Diagnosis | None,
                      trials: Trials | None = None) -> dict[str, Any]:
-    """explain.json: the explained step's record, with what --try-fixes measured (`trials`) and its diagnosis'
-    findings and causes."""
-    doc = explanation.to_dict()
-    if trials is not None:  # before the host's times, where explain.json has always had them
-        host = {key: doc.pop(key) for key in list(doc) if key in _HOST_KEYS}
-        doc = {**doc, **trials.to_dict(), **host}
+    """explain.json: the explained step's record, with what --try-fixes measured (`trials`: the fixes, the
+    library ops timed, then the host's own time per step) and its diagnosis' findings and causes."""
+    doc = {**explanation.to_dict(), **(trials.to_dict() if trials is not None else {})}
     return {**doc, **diagnosis.to_dict()} if diagnosis is not None else {**doc, "findings": []}
 
 
@@ -59,7 +53,7 @@ def write_explained(explanation: Explanation, diagnosis: Diagnosis, model: Machi
     waterfall.png/.svg, kernel_roofline.png/.svg and explain.html, with the charts' markup for report.html.
     `model` is the machine model or the Results holding it; `echo` gets the waterfall, the fixes (and, with
     `echo_findings`, the findings) as text."""
-    echo("\n".join(explainer.summary_lines(explanation) + fixes.fix_lines(trials.fixes if trials else (), explanation)
+    echo("\n".join(explainer.summary_lines(explanation) + fixes.fix_lines(trials.fixes if trials else (), trials)
                    + (findings.finding_lines(diagnosis.findings) if echo_findings else [])))
     paths = write_outputs(explanation, out, diagnosis, trials)
     written, charts = write_explain_report(explanation, out, model, diagnosis, trials)

@@ -13,6 +13,7 @@ Torch's global flags are as they were after every fix (:func:`pygpuperf.workload
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import math
@@ -91,7 +92,8 @@ class _Priced:
     model: MachineModel
     exclusive: list[float]
     causes: causes.Causes | None = None  # the diagnosis' causes of the step, where it was diagnosed
-    timings: Trials = Trials()  # the step's library ops timed on the device (its fixes are not read)
+    # the step's library ops timed on the device and the host's own time per step (its fixes are not read)
+    timings: Trials = Trials()
 
     @staticmethod
     def of(explanation: Explanation, model: MachineModel, found: causes.Causes | None = None,
@@ -106,6 +108,12 @@ class _Priced:
     @functools.cached_property
     def pricing(self) -> Pricing:
         return Pricing.bound(self.records, self.explanation.calls, self.model)
+
+    def paced_at(self, host: HostTime) -> "_Priced":
+        """This step with the host's pace at the step's batch set to `host`, its pricing shared."""
+        paced = copy.copy(self)  # keeps the pricing, where it was computed
+        paced.timings = host_paced_at(self.timings, host)
+        return paced
 
 
 def _deltas_by(step: _Priced, change: Callable[[KernelRecord], KernelRecord | None],
@@ -247,7 +255,7 @@ def _queued(priced: _Priced, deltas: Sequence[float],
     """The step with each kernel's exclusive time changed by `deltas`, replayed through the host's and the
     device's queues (:mod:`pygpuperf.explain.queue`): the measured step plus the replay's change. None where
     the step cannot be replayed (no launch times, or its syncs not kept) or is device-bound without a time at
-    batch 1 to pace its host by (its kernels' changes add up)."""
+    batch 1 (in `priced.timings`) to pace its host by (its kernels' changes add up)."""
     step = priced.explanation.median
     if step.timeline.idle.sync_us > 0 and not step.syncs:  # recorded before the syncs were kept
         return None
@@ -255,8 +263,8 @@ def _queued(priced: _Priced, deltas: Sequence[float],
     if host is None:
         return None
     now = priced.exclusive
-    e = priced.explanation
-    pace = e.host_at_batch or e.host_at_batch_one  # the host's pace at the step's batch, else at batch 1
+    timed = priced.timings
+    pace = timed.host_at_batch or timed.host_at_batch_one  # the host's pace at the step's batch, else at batch 1
     host = host.fitted(now, step.timeline.wall_us, pace.step_us if pace else None) or (
         host.paced(now, step.timeline.wall_us, pace.step_us, pace.optimizer_us) if pace else None)
     if host is None:
@@ -277,7 +285,8 @@ def predicted_step(explanation: Explanation, model: MachineModel, name: str, kno
     that keeps the host's work is replayed through the host's and device's queues where the step allows
     (:func:`_queued`), else its kernels' changes add up. A built-in workload captured in a graph also runs a
     fused optimizer (`graph_fuses_optimizer`). `found` are the step's causes (:func:`pygpuperf.diagnose.diagnose`);
-    `timings`, what --try-fixes timed of the step's library ops (:class:`Trials`), price those ops."""
+    `timings`, what --try-fixes timed of the step's library ops (:class:`Trials`), price those ops, and its
+    host's own time per step paces the replay."""
     return _predicted(_Priced.of(explanation, model, found, timings), name, knobs, samples_per_step, by_cause,
                       graph_fuses_optimizer)
 
@@ -361,7 +370,7 @@ def _host_kept(step: _Priced, found: float, deltas: Sequence[float] | None,
     (its kernels' changes added up); never below the step at batch 1, the host's own time per step."""
     queued = _queued(step, deltas, change) if deltas is not None else None
     found = queued if queued is not None else found
-    floor = step.explanation.host_at_batch_one
+    floor = step.timings.host_at_batch_one
     return max(found, floor.step_us) if floor else found
 
 
@@ -378,15 +387,16 @@ def _clock_paced_us(record: KernelRecord, exclusive: float, main_memory: str | N
 
 
 def at_clock(explanation: Explanation, model: MachineModel, predicted_us: float, given_mhz: float,
-             fixed_mhz: float) -> float:
+             fixed_mhz: float, timings: Trials | None = None) -> float:
     """A fix's prediction (`predicted_us`, at the clock the step as given ran, `given_mhz`) at the clock its
     fixed step ran (`fixed_mhz`): the explained step with each kernel's time at the clock's pace moved by the
-    clocks' ratio, replayed through the queues where the step allows (a host-bound step keeps its host's time),
-    and the step's relative move applied to the prediction. A power cap runs a fix that keeps the device
-    busier at a lower clock (ResNet-50's batch fix on an H200: 1,965 against 1,980 MHz)."""
+    clocks' ratio, replayed through the queues where the step allows (a host-bound step keeps its host's time,
+    paced by `timings`' host times), and the step's relative move applied to the prediction. A power cap runs a
+    fix that keeps the device busier at a lower clock (ResNet-50's batch fix on an H200: 1,965 against 1,980
+    MHz)."""
     if not given_mhz or not fixed_mhz or given_mhz == fixed_mhz:
         return predicted_us
-    return _at_clock(_Priced.of(explanation, model), predicted_us, given_mhz, fixed_mhz)
+    return _at_clock(_Priced.of(explanation, model, timings=timings), predicted_us, given_mhz, fixed_mhz)
 
 
 def _at_clock(step: _Priced, predicted_us: float, given_mhz: float, fixed_mhz: float) -> float:
@@ -610,8 +620,9 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
               measure: Callable[..., Throughput] | None = None, found: causes.Causes | None = None,
               timings: Trials | None = None) -> Trials:
     """Each fix of :data:`FIX_NAMES` (or `only`) applied and timed (see the module's note), with the library ops
-    timed for their predictions; `found`, the step's causes (:func:`pygpuperf.diagnose.diagnose`), give the
-    fixes' predictions; `timings`, library ops timed before (their fixes are not read), are not timed again."""
+    timed for their predictions, and the host's own time per step, which paces them; `found`, the step's causes
+    (:func:`pygpuperf.diagnose.diagnose`), give the fixes' predictions; `timings`, library ops and the step at
+    batch 1 timed before (their fixes are not read), are not timed again. The record returned holds them all."""
     device = torch.device(device)
     measure = measure or explainer.measure_throughput
     baseline = baseline or explanation.throughput
@@ -620,21 +631,22 @@ def try_fixes(explanation: Explanation, model: MachineModel, target: Target, dev
     predicted = _predictions(found)
     candidates = [(name, what, knobs, _waiver(name, knobs, explanation, target, device))
                   for name, what, knobs in _candidates(explanation, target) if not only or name in only]
-    if explanation.host_at_batch_one is None and (_batch_of(explanation, target) or 0) > 1 and any(
+    timed = dataclasses.replace(timings, fixes=()) if timings is not None else Trials()
+    if timed.host_at_batch_one is None and (_batch_of(explanation, target) or 0) > 1 and any(
             waiver is None and name not in HOST_WORK_FIXES for name, _, _, waiver in candidates):
         # At batch 1 the device's work is small beside the launches: about the host's own time per step.
         with host_clock.timing_phases() as clock:
             step_us = _timed_build(target, device, measure, batch=1, clock=clock)
-        explanation.host_at_batch_one = HostTime(step_us, clock.median_us(), clock.backward_median_us()) \
-            if step_us else None
+        timed = dataclasses.replace(timed, host_at_batch_one=HostTime(
+            step_us, clock.median_us(), clock.backward_median_us()) if step_us else None)
     with contextlib.ExitStack() as stack:
         given_left_flags = stack.enter_context(_flags_kept())  # the given step's build, open until the end
         given = _open_given(target, device, stack) if any(w is None for *_, w in candidates) else None
-        if given is not None and explanation.host_at_batch_one and device.type != "cpu" and \
+        if given is not None and timed.host_at_batch_one and device.type != "cpu" and \
                 not explanation.median.syncs:  # the host's own pace at the step's batch
-            explanation.host_at_batch = _host_pace(given, device)
+            timed = dataclasses.replace(timed, host_at_batch=_host_pace(given, device))
         run = _Run(explanation, model, target, device, measure, predicted, base_us, base_samples, given, found,
-                   dataclasses.replace(timings, fixes=()) if timings is not None else Trials())
+                   timed)
         trials = [_trial(run, name, what, knobs, waiver) for name, what, knobs, waiver in candidates]
     for t in trials if given_left_flags else ():
         if t.status == "measured" and _FLAG_NOTE not in t.notes:
@@ -812,7 +824,7 @@ class _Run:
     base_samples: int | None
     given: _Given | None
     causes: causes.Causes | None = None
-    timings: Trials = Trials()  # the library ops timed so far, for the fixes' predictions
+    timings: Trials = Trials()  # the library ops and the host's own time timed so far, for the fixes' predictions
 
 
 def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str | None) -> FixTrial:
@@ -834,7 +846,7 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
                                          graph_fuses_optimizer(target))
     if trial.predicted_step_us is not None:
         trial.notes += _timed_note(priced, name, knobs, base_samples)
-    batch_one = explanation.host_at_batch_one
+    batch_one = run.timings.host_at_batch_one
     if trial.predicted_step_us is not None and batch_one and trial.predicted_step_us == batch_one.step_us:
         trial.notes.append(f"predicted at the step's time at batch 1, {trial.predicted_step_us / 1e3:.2f} ms: "
                            "the host's own work per step, which this fix keeps")
@@ -850,7 +862,7 @@ def _trial(run: _Run, name: str, what: str, knobs: dict[str, str], waiver: str |
             built, step, samples = _apply(name, knobs, target, device)
             with built:
                 if given is not None:
-                    paces = explanation.host_at_batch is not None and name not in HOST_WORK_FIXES
+                    paces = run.timings.host_at_batch is not None and name not in HOST_WORK_FIXES
                     windows = _paired(run.measure, device, given, step, samples,
                                       window_steps(device, run.base_us), host_pace=paces)
                     measured = windows.into(trial, given.samples, samples, run.explanation.throughput)
@@ -902,15 +914,10 @@ def windows_host(trial: FixTrial) -> HostTime | None:
                     m(trial.windows_host_backward_us) if trial.windows_host_backward_us else None)
 
 
-@contextlib.contextmanager
-def host_paced_at(explanation: Explanation, host: HostTime) -> Iterator[Explanation]:
-    """`explanation` with the host's pace at the step's batch set to `host` inside the block."""
-    before = explanation.host_at_batch
-    explanation.host_at_batch = host
-    try:
-        yield explanation
-    finally:
-        explanation.host_at_batch = before
+def host_paced_at(timings: Trials, host: HostTime) -> Trials:
+    """`timings` with the host's pace at the step's batch set to `host` (:func:`windows_host`), to predict a fix
+    at the pace its windows ran at."""
+    return dataclasses.replace(timings, host_at_batch=host)
 
 
 def _at_windows_host(trial: FixTrial, run: _Run, priced: _Priced, samples: int | None) -> None:
@@ -919,10 +926,9 @@ def _at_windows_host(trial: FixTrial, run: _Run, priced: _Priced, samples: int |
     host = windows_host(trial)
     if host is None or trial.predicted_step_us is None:
         return
-    before = run.explanation.host_at_batch
-    with host_paced_at(run.explanation, host):
-        trial.predicted_at_windows_host_us = _predicted(priced, trial.name, trial.knobs, samples, run.predicted,
-                                                        graph_fuses_optimizer(run.target))
+    before = priced.timings.host_at_batch
+    trial.predicted_at_windows_host_us = _predicted(priced.paced_at(host), trial.name, trial.knobs, samples,
+                                                    run.predicted, graph_fuses_optimizer(run.target))
     if trial.predicted_at_windows_host_us is None or before is None:
         return
     trial.notes.append(f"the host took {host.step_us / 1e3:.2f} ms a step after a drain beside these windows "
@@ -996,7 +1002,9 @@ def _spacer(device: torch.device, size: int) -> Iterator[None]:
     if size > 0:
         try:
             held = torch.empty(size, dtype=torch.uint8, device=device)
-        except RuntimeError:  # out of memory: this round times where the last did
+        # Out of memory, or no such device (torch built without CUDA raises AssertionError): this round
+        # times where the last did.
+        except (RuntimeError, AssertionError):
             held = None
     try:
         yield
@@ -1038,8 +1046,8 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return text[:limit] + ("…" if len(text) > limit else "")
 
 
-def fix_lines(trials: Sequence[FixTrial], explanation: Explanation | None = None) -> list[str]:
-    """The fixes tried as text; with `explanation`, the host's own pace the predictions replayed it at."""
+def fix_lines(trials: Sequence[FixTrial], record: Trials | None = None) -> list[str]:
+    """The fixes tried as text; with their `record`, the host's own pace the predictions replayed it at."""
     if not trials:
         return []
     lines = ["fixes tried (step time without the profiler):"]
@@ -1049,5 +1057,5 @@ def fix_lines(trials: Sequence[FixTrial], explanation: Explanation | None = None
     if before and after:
         lines.append(f"  the step as given, again after the fixes: {before / 1e3:.2f} → {after / 1e3:.2f} ms "
                      f"({100 * (after / before - 1):+.1f}%: a smaller change by a fix is within the drift)")
-    pace = host_clock.host_pace_line(explanation) if explanation is not None else None
+    pace = host_clock.host_pace_line(record)
     return lines + ([f"  {pace}"] if pace else [])

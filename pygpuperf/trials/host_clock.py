@@ -23,7 +23,8 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from pygpuperf.core import timing
-from pygpuperf.explain.model import Explanation, HostTime
+from pygpuperf.explain.model import HostTime
+from pygpuperf.trials.record import Trials
 
 
 class PhaseClock:
@@ -109,14 +110,16 @@ def host_after_drain(step: Callable[[], Any], device: torch.device, samples: int
     return host, clock
 
 
-def host_pace_line(explanation: Explanation) -> str | None:
-    """The host's own time per step as --try-fixes timed it (None where it timed none)."""
+def host_pace_line(trials: Trials | None) -> str | None:
+    """The host's own time per step as --try-fixes timed it (`trials`; None where it timed none)."""
     def part(host: HostTime | None, where: str) -> str | None:
         if host is None or not host.step_us:
             return None
         inside = "".join(f", {us / 1e3:.2f} of it in {what}" for us, what in
                          ((host.optimizer_us, "the optimizer's step"), (host.backward_us, "backward calls")) if us)
         return f"{host.step_us / 1e3:.2f} ms {where}{inside}"
-    parts = [p for p in (part(explanation.host_at_batch, "at the step's batch, each step after a drain"),
-                         part(explanation.host_at_batch_one, "at batch 1")) if p]
+    if trials is None:
+        return None
+    parts = [p for p in (part(trials.host_at_batch, "at the step's batch, each step after a drain"),
+                         part(trials.host_at_batch_one, "at batch 1")) if p]
     return "the host's own time per step, without the profiler: " + "; ".join(parts) if parts else None

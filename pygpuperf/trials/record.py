@@ -1,5 +1,6 @@
-"""What ``--try-fixes`` measured, as one record: each fix's trial and the step's library ops timed on the device
-(per dtype, at another batch, in another layout), which the fixes' predictions price those ops by.
+"""What ``--try-fixes`` measured, as one record: each fix's trial, the step's library ops timed on the device
+(per dtype, at another batch, in another layout), which the fixes' predictions price those ops by, and the
+host's own time per step, which they pace the host's launches by.
 
 explain.json keeps them beside the explained step (:meth:`Trials.to_dict`, :meth:`Trials.from_doc`).
 """
@@ -10,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from pygpuperf.explain.model import HostTime
 from pygpuperf.trials.attention import AttentionTiming
 from pygpuperf.trials.convs import ConvTiming
 from pygpuperf.trials.matmuls import MatmulTiming
@@ -102,12 +104,17 @@ TIMING_KEYS = {"norm_timings": "batch_norm_timing", "conv_timings": "convolution
                "matmul_timings": "matmul_timing", "attention_timings": "attention_timing"}
 _TIMING_TYPES = {"norm_timings": NormTiming, "conv_timings": ConvTiming, "sum_timings": SumTiming,
                  "matmul_timings": MatmulTiming, "attention_timings": AttentionTiming}
+# explain.json's keys for each HostTime field of Trials: the document's key for each of HostTime's fields in
+# order (the step's time, the optimizer's share, the backward's). The document writes them last.
+HOST_TIME_KEYS = {"host_at_batch_one": ("batch_one_step_us", "batch_one_optimizer_us", "batch_one_backward_us"),
+                  "host_at_batch": ("host_step_us", "host_optimizer_us", "host_backward_us")}
 
 
 @dataclass(frozen=True)
 class Trials:
-    """--try-fixes' results: the fixes tried, in the order they ran, and each library op family's shapes timed on
-    the device (:mod:`pygpuperf.trials.norms`, ``convs``, ``sums``, ``matmuls``, ``attention``)."""
+    """--try-fixes' results: the fixes tried, in the order they ran, each library op family's shapes timed on
+    the device (:mod:`pygpuperf.trials.norms`, ``convs``, ``sums``, ``matmuls``, ``attention``), and the host's
+    own time per step (:mod:`pygpuperf.trials.host_clock`)."""
 
     fixes: tuple[FixTrial, ...] = ()
     norm_timings: tuple[NormTiming, ...] = ()  # each batch-norm shape of the step
@@ -115,12 +122,19 @@ class Trials:
     sum_timings: tuple[SumTiming, ...] = ()  # each sum shape
     matmul_timings: tuple[MatmulTiming, ...] = ()  # each GEMM
     attention_timings: tuple[AttentionTiming, ...] = ()  # each attention call's shape
+    # The step at batch 1 without the profiler: a floor under any fix that keeps the host's work.
+    host_at_batch_one: HostTime | None = None
+    # Where the step has no sync of its own: the host's own time per step at the step's batch, each step called
+    # after the device drained, without the profiler.
+    host_at_batch: HostTime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """explain.json's keys for them, each only where it holds something."""
         return {**({"fixes": [f.to_dict() for f in self.fixes]} if self.fixes else {}),
                 **{key: [t.to_dict() for t in timings] for name, key in TIMING_KEYS.items()
-                   if (timings := getattr(self, name))}}
+                   if (timings := getattr(self, name))},
+                **{key: value for name, keys in HOST_TIME_KEYS.items() if (host := getattr(self, name)) is not None
+                   for key, value in host.to_doc(keys).items()}}
 
     @staticmethod
     def from_doc(doc: Mapping[str, Any]) -> "Trials":
@@ -132,4 +146,5 @@ class Trials:
                 # One shape (an object) in documents written before every shape was timed.
                 items = [timed] if isinstance(timed, Mapping) else timed
                 timings[name] = tuple(_TIMING_TYPES[name].from_dict(dict(t)) for t in items)
-        return Trials(tuple(trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)), **timings)
+        return Trials(tuple(trial_from_dict(t) for t in doc.get("fixes", []) if isinstance(t, Mapping)), **timings,
+                      **{name: HostTime.from_doc(doc, keys) for name, keys in HOST_TIME_KEYS.items()})

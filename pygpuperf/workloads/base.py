@@ -122,9 +122,17 @@ def run_workload(
     of the result are left None: they depend on the machine model. `knobs` go to
     ``workload.build``; the built workload is closed (global flags restored) on return.
     """
+    _check_counts(warmup, steps)  # before the build: a bad count costs no model
     device = torch.device(device)
     with workload.build(device, batch_size, **dict(knobs or {})) as built:
         return time_built(workload, built, device, warmup, steps)
+
+
+def _check_counts(warmup: int | None, steps: int | None) -> None:
+    if steps is not None and steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    if warmup is not None and warmup < 0:
+        raise ValueError(f"warmup must be non-negative, got {warmup}")
 
 
 def time_built(workload: Workload, built: BuiltWorkload, device: torch.device | str, warmup: int | None = None,
@@ -134,10 +142,7 @@ def time_built(workload: Workload, built: BuiltWorkload, device: torch.device | 
     default_warmup, default_steps = workload.default_steps(device)
     warmup = default_warmup if warmup is None else warmup
     steps = default_steps if steps is None else steps
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
-    if warmup < 0:
-        raise ValueError(f"warmup must be non-negative, got {warmup}")
+    _check_counts(warmup, steps)
     # The first step differs from the rest (optimizer state is created), so count the second one.
     # Counting runs the step under dispatch modes (slow): once, outside timing, where it also
     # serves as one more warm-up step (early steps pay for allocation and page faults).
