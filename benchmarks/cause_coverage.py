@@ -5,7 +5,7 @@
 For each step: the share of its wall time held by the ideal, a named cause or an idle cause (goal >= 95 %),
 the share in kernels no rule bounds (goal < 2 %), and the findings or cause advice that name a mechanism
 the step does not use (goal 0): channels_last without a convolution; cuDNN, tensor cores, CUDA or the
-GPU on a CPU. EXPLAIN.json may be gzip-compressed; benchmarks/tables.py calls :func:`row` and :func:`summary`
+GPU on a CPU. EXPLAIN.json may be compressed (.json.xz); benchmarks/tables.py calls :func:`row` and :func:`summary`
 on the reference profiles.
 """
 

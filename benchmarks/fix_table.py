@@ -2,7 +2,7 @@
 
     python benchmarks/fix_table.py OUT.json EXPLAIN.json [...] [--machine-model RESULTS.json]
 
-EXPLAIN.json files (plain or gzip-compressed) are taken in the order given: a fix a later run measured on the
+EXPLAIN.json files (plain or compressed: .json.xz, .json.gz) are taken in the order given: a fix a later run measured on the
 same configuration replaces an earlier run's row for it; where one run measured it more than once, the worse
 row stands. A fix measured in more than one run is listed with each run's change and error, one line counts
 the fixes within 25 % in every run that timed them in window pairs, and one the paired measurements within 25 %.
@@ -85,7 +85,7 @@ def _at_fixed_clock(fix: dict, predicted: float, at_clock: AtClock | None) -> fl
 
 
 def rows(path: Path, model=None, configuration: str | None = None) -> list[dict]:
-    """One row per fix of one explain.json (or .json.gz); `configuration` names the step (default: from its
+    """One row per fix of one explain.json (or .json.xz); `configuration` names the step (default: from its
     folder, which the explain command named by its arguments)."""
     doc = read_json(path)
     workload = configuration or _step_of(path, doc)[0]

@@ -12,7 +12,7 @@ kernel time over the kernels that make up 90 % of it, and the model's bound agai
 batch: the step of RUNS_DIR/NAME-bs<SOURCE_BATCH> predicted at every other batch size measured in
 RUNS_DIR (predict.predict_batch), against the measured unprofiled steps.
 self-check: kernels measured faster than their bound by more than 5 %.
-EXPLAIN.json may be gzip-compressed. benchmarks/tables.py calls :func:`counters_of` and :func:`batch_rows` on
+EXPLAIN.json may be compressed (.json.xz). benchmarks/tables.py calls :func:`counters_of` and :func:`batch_rows` on
 the reference profiles and the measured values kept beside them (:func:`read_counters`).
 """
 

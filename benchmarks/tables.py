@@ -42,10 +42,6 @@ from reference import BATCH, FIXES, PUBLISHED, REFERENCE, ROOT, read_json
 COMMAND = "python benchmarks/tables.py"
 TABLES_DIR = REFERENCE / "tables"
 MARKER = re.compile(r"<!-- table: ([A-Za-z0-9_-]+) -->\n(.*?)<!-- /table -->", re.S)
-RESIDUALS = ("proportional", "latency")
-# A step whose host's own time per step (timed without the profiler, each step after a drain) is below this
-# share of its step time on both cards is device-bound: the cards' kernels, not the host, set its pace.
-DEVICE_BOUND_HOST_SHARE = 0.5
 SUITE_WORKLOAD_KEYS = ("batch_size", "image_size", "precision", "memory_format")
 
 
@@ -294,74 +290,57 @@ def cause_coverage_of(ref: Reference, again) -> Generated:
     return Generated("cause-coverage", rows_out, body, sources)
 
 
-# --------------------------------------------------------------------------- cross-card
+# --------------------------------------------------------------------------- cross-card, published-figures
 
 
-def _host_share(doc: dict) -> float | None:
-    """The host's own time per step over the step's time, where both were timed."""
-    host = doc.get("host_step_us") or doc.get("batch_one_step_us")
-    step = ((doc.get("throughput") or {}).get("step_us") or {}).get("median")
-    return host / step if host and step else None
+_harness_rows: list | None = None
+
+
+def harness_rows() -> list:
+    """The prediction harness's rows in predict's default mode (benchmarks/validate_predictions.py), made once."""
+    global _harness_rows
+    if _harness_rows is None:
+        import validate_predictions
+
+        _harness_rows = validate_predictions.run(*_default_mode())
+    return _harness_rows
+
+
+def _default_mode() -> tuple[str, str]:
+    from pygpuperf.predict import DEFAULT_CEILINGS, DEFAULT_RESIDUAL
+
+    return DEFAULT_CEILINGS, DEFAULT_RESIDUAL
 
 
 def cross_card(ref: Reference) -> Generated:
-    from pygpuperf.predict import predict
+    import validate_predictions as harness
 
-    cards = [c for c in reference.cards(ref.index) if reference.latest_profiles(ref.index, c)]
-    rows_out, cells, sources = [], [], []
-    for a_n, a in enumerate(cards):
-        for b in cards[a_n + 1:]:
-            la, lb = reference.latest_profiles(ref.index, a), reference.latest_profiles(ref.index, b)
-            for configuration in sorted(set(la) & set(lb)):
-                docs = {a: read_json(ref.path(la[configuration])), b: read_json(ref.path(lb[configuration]))}
-                shares = [_host_share(d) for d in docs.values()]
-                device_bound = all(s is not None and s < DEVICE_BOUND_HOST_SHARE for s in shares)
-                for source, target, entries in ((a, b, (la, lb)), (b, a, (lb, la))):
-                    src_entry, tgt_entry = entries[0][configuration], entries[1][configuration]
-                    sources += [src_entry, tgt_entry]
-                    src_model, tgt_model = ref.loaded_model(source), ref.loaded_model(target)
-                    if src_model is None or tgt_model is None:
-                        continue
-                    profile = reference.load_profile(ref.path(src_entry))
-                    measured = docs[target]["throughput"]["step_us"]
-                    tgt_batch = docs[target]["throughput"].get("samples_per_step")
-                    row = {"configuration": configuration, "source": source, "target": target,
-                           "source_model": src_model.spec if src_model.origin == "datasheet" else "measured",
-                           "target_model": tgt_model.spec if tgt_model.origin == "datasheet" else "measured",
-                           "measured_ms": measured["median"] / 1e3, "measured_cv": measured.get("cv"),
-                           "device_bound": device_bound, "host_share": dict(zip((a, b), shares))}
-                    for mode in RESIDUALS:
-                        p = predict(profile, src_model.model, tgt_model.model, source_name=src_model.name,
-                                    target_name=tgt_model.name, residual=mode)
-                        # Per sample where the target ran another batch.
-                        step = p.step_us * (tgt_batch / p.samples_per_step if tgt_batch else 1.0)
-                        row[f"predicted_ms_{mode}"] = step / 1e3
-                        row[f"error_{mode}"] = step / measured["median"] - 1
-                    rows_out.append(row)
-                    cells.append([configuration, f"{_short(src_entry['device'])} → {_short(tgt_entry['device'])}",
-                                  f"{row['measured_ms']:,.2f} (CV {pct(row['measured_cv'])})",
-                                  *(f"{row[f'predicted_ms_{m}']:,.2f} ({pct(row[f'error_{m}'], 1, True)})"
-                                    for m in RESIDUALS), "yes" if device_bound else "no"])
-    for card in {r[k] for r in rows_out for k in ("source", "target")}:
-        entry = ref.machine(card)
-        if entry:
-            sources.append(entry)
+    rows = [r for r in harness_rows() if r.set == "pairs"]
+    cells = [[r.what, f"{r.source} → {r.target}", f"{r.measured:,.2f}", f"{r.predicted:,.2f} ({pct(r.error, 1, True)})",
+              f"{r.interval[0]:,.2f}-{r.interval[1]:,.2f}" if r.interval else "-",
+              "yes" if r.covered else "no", "yes" if r.device_bound else "no"] for r in rows]
     body = markdown_table(["configuration", "predicted from → to", "measured on the target (ms)",
-                           *(f"predicted, {m} residual (ms, error)" for m in RESIDUALS), "device-bound"],
-                          cells, right=(2, 3, 4))
-    models = sorted({f"{r['source']}: {r['source_model']}" for r in rows_out} |
-                    {f"{r['target']}: {r['target_model']}" for r in rows_out})
-    body += [""]
-    for mode in RESIDUALS:
-        bound = [abs(r[f"error_{mode}"]) for r in rows_out if r["device_bound"]]
-        every = [abs(r[f"error_{mode}"]) for r in rows_out]
-        body.append(f"- {mode} residual: mean absolute error {pct(statistics.fmean(bound)) if bound else '-'} over "
-                    f"the {len(bound)} device-bound predictions, {pct(statistics.fmean(every)) if every else '-'} "
-                    f"over all {len(every)}.")
-    body += ["", "Each card's machine model: " + "; ".join(models) + " (a measured model where the reference has "
-             f"one). A step is device-bound where its host's own time per step is under "
-             f"{100 * DEVICE_BOUND_HOST_SHARE:.0f} % of its step time on both cards."]
-    return Generated("cross-card", rows_out, body, _unique(sources))
+                           "predicted (ms, error)", "80 % interval (ms)", "covered", "device-bound"], cells,
+                          right=(2, 3, 4))
+    s = harness.summary(rows)["pairs"]
+    covered = [r.covered for r in rows]
+    ceilings, residual = _default_mode()
+    body += ["", f"Predicted with predict's defaults (`--ceilings {ceilings} --residual {residual}`), each card's "
+                 f"measured machine model. {s['device_bound']} device-bound predictions: mean absolute error "
+                 f"{pct(s['mae_device_bound'])}, worst {pct(s['max_device_bound'])}; all {s['rows']}: "
+                 f"{pct(s['mae_all'])}. The 80 % intervals cover {sum(covered)} of {len(covered)}. A step is "
+                 f"device-bound where its host's own time per step is under "
+                 f"{100 * harness.DEVICE_BOUND_HOST_SHARE:.0f} % of its step time wherever --try-fixes timed it, and "
+                 f"the device waits for the host under {100 * harness.IDLE_SHARE:.0f} % of each profiled step."]
+    body += ["", "Error per kernel class (device-bound pairs, the class's predicted time against the target's own "
+                 "profile):", ""]
+    body += markdown_table(["kernel class", "mean absolute error", "bias", "pairs"],
+                           [[c, pct(e["mae"]), pct(e["bias"], 1, True), e["n"]] for c, e in s["per_class"].items()],
+                           right=(1, 2, 3))
+    sources = [e for c in reference.cards(ref.index) for e in reference.latest_profiles(ref.index, c).values()]
+    sources += [ref.machine(c) for c in reference.cards(ref.index) if ref.machine(c)]
+    out = [dict(vars(r), covered=r.covered) for r in rows]
+    return Generated("cross-card", _rounded(out), body, _unique(sources))
 
 
 def _short(device: str) -> str:
@@ -372,41 +351,59 @@ def _unique(entries: Sequence[dict]) -> list[dict]:
     return list({e["file"]: e for e in entries}.values())
 
 
-# --------------------------------------------------------------------------- published-figures
-
-
 def published_figures(ref: Reference) -> Generated:
-    from pygpuperf.core import documents
-    from pygpuperf.predict import absolute_errors, validate
+    import validate_predictions as harness
 
+    rows = [r for r in harness_rows() if r.set != "pairs"]
+    s = harness.summary(rows)
+    cells, out = [], []
+    for name, e in s.items():
+        if name == "coverage":
+            continue
+        these = [r for r in rows if r.set == name]
+        covered = [r.covered for r in these if r.covered is not None]
+        cells.append([name, pct(e["ratio_mae"]), e["ratios"], pct(e["absolute_mae"]), e["figures"],
+                      pct(e["absolute_mae_device_bound"]), e["figures_device_bound"],
+                      f"{sum(covered)} of {len(covered)}"])
+        out.append(dict(e, file=name, ratio_intervals_covered=sum(covered), ratio_intervals=len(covered)))
+    body = markdown_table(["published figures", "ratio error (mean absolute)", "ratios", "throughput error (mean "
+                           "absolute)", "figures", "the same, where the host does not bind", "figures",
+                           "ratio intervals covering"], cells, right=(1, 2, 3, 4, 5, 6, 7))
+    body += ["", "Bias of the predicted throughput per card family (mean of predicted / published - 1), figures the "
+                 "host does not bind:", ""]
+    fams: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.absolute_error is not None and r.host_share < harness.intervals.HOST_SHARE:
+            fams.setdefault(r.family, {}).setdefault(r.set, []).append(r.absolute_error)
+    names = sorted({r.set for r in rows})
+    body += markdown_table(["card family", *names],
+                           [[f, *(f"{pct(statistics.fmean(v[n]), 1, True)} ({len(v[n])})" if n in v else "-"
+                                  for n in names)] for f, v in sorted(fams.items())], right=tuple(range(1, len(names) + 1)))
     entries = reference.profiles_of(ref.index, PUBLISHED)
-    card = entries[0]["card"]
-    source = ref.loaded_model(card)
-    profiles = [reference.load_profile(ref.path(e)) for e in entries]
-    rows_out, cells = [], []
-    files = sorted((REFERENCE / "published").glob("*.json"))
-    for path in files:
-        published = documents.load_document(path, "prediction_validation", "published-figures file")
-        for mode in RESIDUALS:
-            groups = validate(profiles, source, published, residual=mode)
-            ratios = [abs(r.error) for g in groups for r in g.rows]
-            absolute = [abs(e) for e in absolute_errors(groups)]
-            row = {"file": path.name, "residual": mode, "ratio_mae": statistics.fmean(ratios) if ratios else None,
-                   "ratios": len(ratios), "absolute_mae": statistics.fmean(absolute) if absolute else None,
-                   "figures": len(absolute),
-                   "groups": [{"group": g.name, "reference": g.reference, "ratio_mae": g.mean_absolute_error,
-                               "ratios": len(g.rows)} for g in groups]}
-            rows_out.append(row)
-            cells.append([path.name, mode, pct(row["ratio_mae"]), row["ratios"], pct(row["absolute_mae"]),
-                          row["figures"]])
-    body = markdown_table(["published figures", "residual", "ratio error (mean absolute)", "ratios",
-                           "throughput error (mean absolute)", "figures"], cells, right=(2, 3, 4, 5))
-    body += ["", f"Predicted from {len(profiles)} profiles on {entries[0]['device']} (each figure from the profile "
-                 "of its workload, precision and configuration) to each card's datasheet model; a ratio is a card's "
-                 "throughput over its table's reference card, published against predicted."]
-    names = {f"published/{p.name}" for p in files}
-    sources = entries + [ref.machine(card)] + [e for e in ref.index["extracts"] if e["file"] in names]
-    return Generated("published-figures", rows_out, body, sources)
+    ceilings, residual = _default_mode()
+    body += ["", f"Predicted from {len(entries)} profiles on {entries[0]['device']} (each figure from the profile "
+                 "of its workload, precision and configuration) with predict's defaults (`--ceilings "
+                 f"{ceilings} --residual {residual}`), each card priced leave-one-card-out: its achievable ceilings "
+                 "from its datasheet times its architecture family's published fraction, learned without it. A ratio "
+                 "is a card's throughput over its table's reference card, published against predicted."]
+    names = {f"published/{p}" for p in names}
+    sources = entries + [ref.machine(entries[0]["card"])] + [e for e in ref.index["extracts"] if e["file"] in names]
+    return Generated("published-figures", _rounded(out), body, sources)
+
+
+def prediction_harness(ref: Reference) -> Generated:
+    import validate_predictions as harness
+
+    rows = harness_rows()
+    s = harness.summary(rows)
+    ceilings, residual = _default_mode()
+    body = [f"`python benchmarks/validate_predictions.py` with predict's defaults (`--ceilings {ceilings} "
+            f"--residual {residual}`):", "", "```", *harness.report(rows, s), "```"]
+    sources = [e for c in reference.cards(ref.index) for e in reference.latest_profiles(ref.index, c).values()]
+    sources += [ref.machine(c) for c in reference.cards(ref.index) if ref.machine(c)]
+    sources += reference.profiles_of(ref.index, PUBLISHED)
+    sources += [e for e in ref.index["extracts"] if e["file"].startswith("published/")]
+    return Generated("prediction-harness", _rounded(s), body, _unique(sources))
 
 
 # --------------------------------------------------------------------------- plain-loop
@@ -523,7 +520,8 @@ def generate(names: Sequence[str]) -> dict[str, Generated]:
 
 TABLES: dict[str, Callable[[Reference], Generated] | None] = {
     "h200-suite": suite_table, "fix-table": None, "cause-coverage": None, "cross-card": cross_card,
-    "published-figures": published_figures, "plain-loop": plain_loop_table, "batch-prediction": batch_prediction,
+    "published-figures": published_figures, "prediction-harness": prediction_harness, "plain-loop": plain_loop_table,
+    "batch-prediction": batch_prediction,
     "kernel-counters": kernel_counters}
 
 

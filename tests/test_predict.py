@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import subprocess
 import sys
 
@@ -16,7 +17,12 @@ from pygpuperf.explain.model import CallAccesses, ExplainedStep, Explanation, Th
 from pygpuperf.explain.model import Idle, KernelRecord, Timeline, Waterfall
 from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.explain.pricing import runs_as
-from pygpuperf.predict import predict, predict_batch
+from pygpuperf.predict import predict as _predict
+from pygpuperf.predict import predict_batch
+
+# These steps check the kernel model's terms under the proportional reading (each kernel keeps the same fraction of
+# its bound), at peak ceilings; the default reading has tests of its own (test_predict_cards.py).
+predict = functools.partial(_predict, residual="proportional", ceilings="peak")
 from pygpuperf.core.results import Ceiling, MachineModel, Stats
 
 
@@ -372,19 +378,19 @@ def test_each_published_figure_is_priced_from_the_profile_of_its_workload_and_se
     assert profile_for(unnamed, [nhwc, nchw]) is nhwc  # profiles of one workload: the figure is of it
 
 
-def test_the_latency_residual_carries_a_kernels_excess_as_time_not_as_a_fraction():
+def test_the_sm_residual_carries_a_kernels_excess_as_time_not_as_a_fraction():
     """The GEMM is bounded at 1 ms and took 2 ms. On a card with half the tensor rate the proportional
-    reading keeps 50 % of the bound (4 ms); the latency reading adds the 1 ms excess to the 2 ms bound (3 ms),
+    reading keeps 50 % of the bound (4 ms); the sm reading adds the 1 ms excess to the 2 ms bound (3 ms),
     scaled by the clock ratio when the clocks differ."""
     slow = _model(fp16_acc32=50.0)
-    proportional = predict(_profile(), _model(), slow)
-    latency = predict(_profile(), _model(), slow, residual="latency")
+    proportional = predict(_profile(), _model(), slow, residual="proportional")
+    sm = predict(_profile(), _model(), slow, residual="sm")
     assert _by(proportional, KernelClass.TENSOR_GEMM)[1] == pytest.approx(4000.0)
-    assert _by(latency, KernelClass.TENSOR_GEMM)[1] == pytest.approx(3000.0)
+    assert _by(sm, KernelClass.TENSOR_GEMM)[1] == pytest.approx(3000.0)
     fast_clock, slow_clock = _model(), _model(fp16_acc32=50.0)
     fast_clock.facts["clock_mhz"], slow_clock.facts["clock_mhz"] = 2000.0, 1000.0
-    assert _by(predict(_profile(), fast_clock, slow_clock, residual="latency"), KernelClass.TENSOR_GEMM)[1] == pytest.approx(4000.0)
-    assert predict(_profile(), _model(), _model(), residual="latency").step_us == pytest.approx(10000.0)
+    assert _by(predict(_profile(), fast_clock, slow_clock, residual="sm"), KernelClass.TENSOR_GEMM)[1] == pytest.approx(4000.0)
+    assert predict(_profile(), _model(), _model(), residual="sm").step_us == pytest.approx(10000.0)
 
 
 def test_a_batch_prediction_resizes_a_memory_kernel_as_the_batch_fix_does_its_ramp_overlapping_its_stream():

@@ -28,7 +28,7 @@ RECORD = Path(__file__).parent / "fixtures" / "reference_numbers.json"
 H200_MODEL = REFERENCE / "machines" / "nvidia-h200_2026-12-01_machine-model_results.json"
 # A CNN in fp32 with a batch fix, a transformer with an AMP fix, a host-bound GAN, a UNet, and an H100 profile.
 PROFILES = ("nvidia-h200/resnet50-train", "nvidia-h200/gpt-100m-train", "nvidia-h200/dcgan-train",
-            "nvidia-h200/unet-train", "nvidia-h100-80gb-hbm3/resnet50-train-tf32")
+            "nvidia-h200/unet-train", "nvidia-h100-80gb-hbm3/earlier/resnet50-train-tf32_2026-12-07")
 TARGETS = ("h100-sxm", "rtx3090")
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -38,7 +38,7 @@ def _numbers(profile: str) -> dict:
     import fix_table
     import reference
 
-    path = REFERENCE / "profiles" / f"{profile}.json.gz"
+    path = REFERENCE / "profiles" / f"{profile}.json.xz"
     model = load_model(str(H200_MODEL)).model
     e = reference.load_profile(path)
     d = diagnose.explain_again(e, model)

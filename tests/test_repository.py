@@ -1,7 +1,6 @@
 """The repository stays a product: a small tracked tree, compact reference data that every documented table is
 generated from, no raw device outputs named by the docs, and the reference's intake on new runs."""
 
-import gzip
 import json
 import os
 import shutil
@@ -85,7 +84,9 @@ def scratch_reference(tmp_path, monkeypatch):
 def _run(root: Path, profile: Path, folder: str, fixes: list[str], hour: int) -> Path:
     """A run folder as the explain command writes one, fixes/FOLDER/explain.json written at `hour`, from a
     reference profile with its fixes renamed to `fixes`."""
-    doc = json.loads(gzip.decompress(profile.read_bytes()))
+    import reference
+
+    doc = reference.read_json(profile)
     doc["fixes"] = [dict(doc["fixes"][0], name=name) for name in fixes]
     path = root / "fixes" / folder / "explain.json"
     path.parent.mkdir(parents=True)
@@ -96,7 +97,7 @@ def _run(root: Path, profile: Path, folder: str, fixes: list[str], hour: int) ->
 
 def test_add_files_a_run_by_card_and_configuration(scratch_reference, tmp_path):
     reference = scratch_reference
-    profile = REFERENCE / "profiles" / "nvidia-h200" / "dcgan-train.json.gz"
+    profile = REFERENCE / "profiles" / "nvidia-h200" / "dcgan-train.json.xz"
     first = _run(tmp_path / "first", profile, "dcgan-train_--try-fixes_batch_size", ["amp", "batch_size"], 1)
     shutil.copy(REFERENCE / "machines" / "nvidia-h200_2026-12-01_machine-model_results.json", first / "results.json")
     assert reference.main(["add", "--card", "test-card", str(first)]) == 0
@@ -104,7 +105,7 @@ def test_add_files_a_run_by_card_and_configuration(scratch_reference, tmp_path):
     (machine,) = index["machines"]
     assert machine["card"] == "test-card" and machine["role"] == "machine-model" and machine["device"] == "NVIDIA H200"
     (entry,) = index["profiles"]
-    assert entry["file"] == "profiles/test-card/dcgan-train.json.gz" and entry["configuration"] == "dcgan-train"
+    assert entry["file"] == "profiles/test-card/dcgan-train.json.xz" and entry["configuration"] == "dcgan-train"
     assert entry["fixes"] == ["amp", "batch_size"] and entry["settings"]["workload"] == "dcgan-train"
     _, loaded = reference.load_explained_profile(reference.REFERENCE / entry["file"])  # still a valid explain.json
     assert [f.name for f in loaded.fixes] == ["amp", "batch_size"]
@@ -113,14 +114,14 @@ def test_add_files_a_run_by_card_and_configuration(scratch_reference, tmp_path):
     second = _run(tmp_path / "second", profile, "dcgan-train_--try-fixes_batch_size", ["batch_size"], 2)
     assert reference.main(["add", "--card", "test-card", str(second)]) == 0
     files = [e["file"] for e in reference.profiles_of(reference.load_index(), reference.FIXES, "test-card")]
-    assert len(files) == 2 and files[1] == "profiles/test-card/dcgan-train.json.gz"
+    assert len(files) == 2 and files[1] == "profiles/test-card/dcgan-train.json.xz"
     assert files[0].startswith("profiles/test-card/earlier/dcgan-train_")
     # A third that measures that fix again leaves the earlier profile nothing to hold: it goes.
     third = _run(tmp_path / "third", profile, "dcgan-train_--try-fixes_amp", ["amp"], 3)
     assert reference.main(["add", "--card", "test-card", str(third)]) == 0
     kept = reference.profiles_of(reference.load_index(), reference.FIXES, "test-card")
     assert [e["fixes"] for e in kept] == [["batch_size"], ["amp"]]
-    assert sorted(p.relative_to(reference.REFERENCE).as_posix() for p in (reference.REFERENCE / "profiles").rglob("*.gz")) \
+    assert sorted(p.relative_to(reference.REFERENCE).as_posix() for p in (reference.REFERENCE / "profiles").rglob("*.xz")) \
         == sorted(e["file"] for e in kept)
 
 

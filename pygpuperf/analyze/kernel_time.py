@@ -211,6 +211,12 @@ def clock_ratio(reference: MachineModel, model: MachineModel) -> float:
     return a / b if a and b else 1.0
 
 
+def units_ratio(reference: MachineModel, model: MachineModel) -> float:
+    """`reference`'s multiprocessors (compute units) over `model`'s (1 where either is unknown)."""
+    a, b = reference.facts.get(UNITS), model.facts.get(UNITS)
+    return a / b if a and b else 1.0
+
+
 def wave_efficiency(tiles: int | None, units: int | None) -> float:
     """tiles / (waves x units): the share of the card's units a tiled kernel keeps busy over its waves.
     Fewer tiles than units count as one full wave: libraries split K (split-K, stream-K) to fill the

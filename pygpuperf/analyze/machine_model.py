@@ -8,9 +8,11 @@ analyze.machine_model.build_machine_model makes them) with origin "datasheet": e
 
 from __future__ import annotations
 
+import copy
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from pygpuperf.core import documents
 from pygpuperf.core.errors import UsageError
@@ -74,6 +76,105 @@ def machine_model(card_key: str) -> MachineModel:
         model.capacity["memory"] = Ceiling(sizes["memory_gb"]["value"] * 1e9, "B",
                                            describe_source(sizes["memory_gb"]), BACKEND)
     return model
+
+
+# --------------------------------------------------------------------------- achievable ceilings
+
+ACHIEVABLE = "achievable"
+_MATRIX_KEYS = ("compute.library.fp16", "compute.library.fp16acc16", "compute.library.bf16", "compute.library.tf32",
+                "compute.library.fp8", "compute.library.int8")
+
+
+def _kind(key: str) -> str:
+    """What a figure's efficiency is shared with: main memory, matrix math or vector math."""
+    return "memory" if key.startswith("memory.") else "matrix" if key in _MATRIX_KEYS else "vector"
+
+
+def family(card_key: str) -> str:
+    """The card's architecture family ("Hopper", "Ampere", "Ada Lovelace"), from the datasheet's architecture."""
+    return str(facts(card_key).get("architecture", "")).split(" (")[0].strip()
+
+
+def _fractions(exclude: Collection[str]) -> list[tuple[str, str, float]]:
+    """(family, key, published / datasheet) of every published figure the datasheet table also gives,
+    cards in `exclude` left out."""
+    out = []
+    for key, figures in datasheets.achievable_document()["cards"].items():
+        if key in exclude or key not in card_keys():
+            continue
+        sheet = card(key)["values"]
+        for name, entry in figures.items():
+            if name in sheet and float(sheet[name]["value"]) > 0:
+                out.append((family(key), name, float(entry["value"]) / float(sheet[name]["value"])))
+    return out
+
+
+def family_of(model: MachineModel) -> str | None:
+    """The architecture family of a measured or datasheet model's card, where the datasheet table knows it."""
+    sheet = datasheets.datasheet_for(model.device) or next(
+        (c for c in datasheets.datasheet_document()["cards"] if c["name"] == model.device), None)
+    return family(sheet["key"]) if sheet else None
+
+
+def achievable_fraction(card_key: str, name: str, exclude: Collection[str] = ()) -> tuple[float, str] | None:
+    """(published / datasheet, what it was learned from) for a figure of the card: the median over the cards
+    of its family with the same figure, else with the same kind of figure (main memory, matrix, vector), else
+    over every card the same way; None where no card has one."""
+    fractions = _fractions(set(exclude) | {card_key})
+    mine = family(card_key)
+    for scope, wanted in ((mine, name), (mine, _kind(name)), (None, name), (None, _kind(name))):
+        found = [f for fam, key, f in fractions
+                 if (scope is None or fam == scope) and (key == wanted or _kind(key) == wanted)]
+        if found:
+            where = f"{scope} cards" if scope else "all cards"
+            return statistics.median(found), f"median published/datasheet of {len(found)} {wanted} figure(s), {where}"
+    return None
+
+
+def achievable_model(card_key: str, held_out: bool = False, exclude: Collection[str] = ()) -> MachineModel:
+    """The card's datasheet model with what kernels achieve in place of peaks: the published achievable figure
+    of each main-memory, library-GEMM and vector ceiling (data/achievable.json), else the datasheet figure
+    times the fraction published figures reach on its architecture family (:func:`achievable_fraction`).
+    `held_out` ignores the card's own published figures (leave-one-card-out validation); `exclude` leaves
+    other cards out of the fractions."""
+    model = machine_model(card_key)
+    model.origin = ACHIEVABLE
+    published = {} if held_out else datasheets.achievable_figures(card_key)
+    skip = set(exclude) | ({card_key} if held_out else set())
+    for name, value in card(card_key)["values"].items():
+        if name not in datasheets.ACHIEVABLE_KEYS:
+            continue
+        fam, _, rest = name.partition(".")
+        table, key = getattr(model, _TABLES[fam]), rest.split(".", 1)[0] if fam == "memory" else rest
+        if name in published:
+            entry = published[name]
+            doc = datasheets.achievable_source(entry["source"])
+            table[key] = Ceiling(float(entry["value"]), unit_for(name), f"{doc['title']}, {doc['version']}", ACHIEVABLE)
+            continue
+        fraction = achievable_fraction(card_key, name, skip)
+        if fraction is not None:
+            table[key] = Ceiling(float(value["value"]) * fraction[0], unit_for(name),
+                                 f"datasheet x {fraction[0]:.2f} ({fraction[1]})", ACHIEVABLE)
+    model.fill_ridge_points()
+    return model
+
+
+def achievable_view(model: MachineModel, levels: Collection[str] | None = None) -> MachineModel:
+    """The model as kernels achieve it: each matrix ceiling at the library's GEMM rate of its precision where
+    that is known and lower (what a framework's GEMMs reach), and only the memory `levels` given (the ones
+    both cards of a prediction have, so that a kernel's bytes are priced alike on both)."""
+    view = copy.deepcopy(model)
+    for key in [k for k in view.compute if k.startswith("tensor.")]:
+        _, dtype, accumulate = key.split(".")
+        dtype_key = "tf32" if dtype == "fp32" else dtype
+        library = view.compute.get(f"library.{dtype_key}" + ("acc16" if accumulate == "acc16" else "")) \
+            or view.compute.get(f"library.{dtype_key}")
+        if library is not None and 0 < library.value < view.compute[key].value:
+            view.compute[key] = library
+    if levels is not None:
+        view.memory = {level: c for level, c in view.memory.items() if level in levels}
+    view.fill_ridge_points()
+    return view
 
 
 def facts(card_key: str) -> dict[str, Any]:

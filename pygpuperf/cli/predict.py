@@ -19,8 +19,9 @@ from pygpuperf.compare.explained import load_explanation
 from pygpuperf.explain.model import Explanation
 from pygpuperf.analyze.machine_model import LoadedModel, load_model
 from pygpuperf.explain.pricing import RESIDUALS
-from pygpuperf.predict import (Prediction, _unprofiled_step_us, predict, prediction_documents,
-                               samples_per_eur, validate, validation_table)
+from pygpuperf.predict import (CEILINGS, DEFAULT_CEILINGS, DEFAULT_RESIDUAL, Prediction, _unprofiled_step_us,
+                               predict, prediction_documents, samples_per_eur, target_model, validate,
+                               validation_table)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,9 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-memory-gb", type=float, help="memory the step needs (default: the profile's peak)")
     p.add_argument("--source-step-ms", type=float,
                    help="step time without the profiler, for profiles that do not record it")
-    p.add_argument("--residual", choices=RESIDUALS, default=RESIDUALS[0],
-                   help="how each kernel's time beyond the kernel-time model reaches the target: proportional (the "
-                        "same fraction of its bound, default) or latency (the same time, scaled by the clock ratio)")
+    p.add_argument("--residual", choices=RESIDUALS, default=DEFAULT_RESIDUAL,
+                   help="how each kernel's time beyond the kernel-time model reaches the target: sm (the same time "
+                        "times the source's multiprocessors x clock over the target's, default), latency (the same "
+                        "time x the clock ratio) or proportional (the same fraction of its bound)")
+    p.add_argument("--ceilings", choices=CEILINGS, default=DEFAULT_CEILINGS,
+                   help="what a kernel is priced against on both cards: achievable (the library's GEMM rate, stream "
+                        "bandwidth; published figures for a datasheet card, default) or peak")
     p.add_argument("--validate", type=Path, help="published figures (JSON) to check predicted ratios against")
     p.add_argument("--out", type=cli.folder_argument,
                    help="folder for prediction.json, prediction.png/.svg and prediction.html (and the validation table)")
@@ -74,18 +79,21 @@ def _print_table(predictions: Sequence[Prediction], prices: dict[str, float]) ->
 
     table = Table(title=f"predicted from {escape(predictions[0].source)} "
                         f"({predictions[0].source_throughput:,.0f} samples/s)")
-    for column in ("target", "batch", "step ms", "samples/s", "x source", *(["samples per EUR"] if prices else []),
-                   "notes"):
+    for column in ("target", "batch", "step ms", "samples/s", "80 % interval", "x source",
+                   *(["samples per EUR"] if prices else []), "notes"):
         table.add_column(column, justify="left" if column in ("target", "notes") else "right")
     for p in predictions:
         per_eur = samples_per_eur(p, prices)
+        low, high = p.interval_per_s
         table.add_row(escape(p.target), str(p.samples_per_step), f"{p.step_us / 1e3:.2f}", f"{p.throughput:,.0f}",
-                      f"{p.ratio_to_source:.2f}", *([f"{per_eur:,.0f}" if per_eur else "-"] if prices else []),
+                      f"{low:,.0f}-{high:,.0f}", f"{p.ratio_to_source:.2f}", *([f"{per_eur:,.0f}" if per_eur else "-"] if prices else []),
                       escape("; ".join(p.notes[:3])))
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     for p in predictions:
         console.print(f"[bold]{escape(p.target)}[/bold]: {escape(p.confidence)}", highlight=False)
+        if p.doubts:
+            console.print(f"  interval widened: {escape('; '.join(p.doubts))}", highlight=False)
 
 
 def _load_profile(path: Path) -> Explanation:
@@ -142,7 +150,8 @@ def _predict_and_write(args: argparse.Namespace, profiles: list[Explanation], so
         except documents.ResultsFileError as exc:
             raise UsageError(f"--validate {exc}") from None
         text = validation_table(validate(profile if len(profiles) == 1 else profiles, source, published,
-                                         source_step_us=step_us, residual=args.residual), source.name)
+                                         source_step_us=step_us, residual=args.residual, ceilings=args.ceilings),
+                                source.name)
         print(text)
         if out:
             (out / "prediction-validation.txt").write_text(text + "\n", encoding="utf-8")
@@ -153,11 +162,12 @@ def _predict_and_write(args: argparse.Namespace, profiles: list[Explanation], so
     for target in targets:
         peak = args.peak_memory_gb * 1e9 if args.peak_memory_gb else None
         name = target.name if args.batch_size is None else f"{target.name} at batch {args.batch_size}"
-        predictions.append(predict(profile, source.model, target.model, samples_per_step=args.samples_per_step,
+        model = target_model(target.name, args.ceilings) if target.origin == "datasheet" else target.model
+        predictions.append(predict(profile, source.model, model, samples_per_step=args.samples_per_step,
                                    peak_memory_bytes=peak, source_step_us=step_us, source_name=source.name,
                                    target_name=name, batch_size=args.batch_size,
                                    host_step_us=args.host_step_ms * 1e3 if args.host_step_ms else None,
-                                   residual=args.residual))
+                                   residual=args.residual, ceilings=args.ceilings))
     predictions.sort(key=lambda p: -p.throughput)
     if args.json:
         print(json.dumps(prediction_documents(predictions, prices), indent=1))

@@ -246,12 +246,14 @@ def _predict_model(explanation, results: Results, cards: list[str], folder: Path
     from pygpuperf.report.predict_report import write_prediction_report
 
     source = results.device_name() or "this device"
-    predictions = sorted((predict.predict(explanation, results.machine_model, card.model, source_name=source,
-                                          target_name=card.name)
+    predictions = sorted((predict.predict(explanation, results.machine_model, predict.target_model(card.name),
+                                          source_name=source, target_name=card.name)
                           for card in (load_model(DATASHEET_PREFIX + c) for c in cards)),
                          key=lambda p: -p.throughput)
     for p in predictions:
-        console.print(f"predicted on {escape(p.target)}: {p.throughput:,.0f} samples/s ({p.ratio_to_source:.2f}x)",
+        low, high = p.interval_per_s
+        console.print(f"predicted on {escape(p.target)}: {p.throughput:,.0f} samples/s ({p.ratio_to_source:.2f}x; "
+                      f"80 % interval {low:,.0f}-{high:,.0f})" + (" host-bound" if p.host_bound else ""),
                       highlight=False)
     return write_prediction_report(predictions, {}, folder)
 

@@ -33,7 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pygpuperf.analyze.kernel_time import (COLLECTIVE, LINK, MATRIX, MEMORY, VECTOR, CardTerms, KernelTime,
-                                            KernelWork, card_terms, clock_ratio, kernel_time, reuse_traffic)
+                                            KernelWork, card_terms, clock_ratio, kernel_time, reuse_traffic,
+                                            units_ratio)
 from pygpuperf.core.precision import accumulate_of, bytes_of, dtype_of, fallbacks, precision_of
 from pygpuperf.core.results import MachineModel
 from pygpuperf.core.vocabulary import KernelClass, Phase
@@ -219,23 +220,15 @@ def resident_shares(calls: Sequence[CallAccesses]) -> dict[int, float]:
 @dataclass(frozen=True)
 class AtBatch:
     """A step's kernels at `scale` times the batch: each traced call's resident share (from
-    :func:`resident_shares`), the step's weight shapes (:func:`tiles.weight_shapes`), and how a kernel's
-    ramp moves from the card it was measured on to the one it is priced on (the ratio of their ramps beyond
-    their fixed costs; 1 on the same card)."""
+    :func:`resident_shares`) and the step's weight shapes (:func:`tiles.weight_shapes`)."""
 
     scale: float
     resident: Mapping[int, float]
     weights: set[tuple[int, int]]
-    ramp_scale: float = 1.0
 
     @staticmethod
-    def of(records: Sequence[KernelRecord], calls: Sequence[CallAccesses], scale: float,
-           source: CardTerms | None = None, target: CardTerms | None = None) -> "AtBatch":
-        ramp = 1.0
-        if source is not None and target is not None:
-            here, there = (max(t.stream_t0_us - t.fixed_us, 0.0) for t in (source, target))
-            ramp = there / here if here > 0 else 1.0
-        return AtBatch(scale, resident_shares(calls), tiles.weight_shapes(records), ramp)
+    def of(records: Sequence[KernelRecord], calls: Sequence[CallAccesses], scale: float) -> "AtBatch":
+        return AtBatch(scale, resident_shares(calls), tiles.weight_shapes(records))
 
     def kernel(self, record: KernelRecord) -> KernelRecord:
         """The record's work at the new batch (forward and backward kernels; others unchanged)."""
@@ -254,19 +247,18 @@ def kept_ramp(record: KernelRecord, before: KernelTime, t0_us: float) -> float:
     return min(max(t0_us - before.fixed_us, 0.0), max(excess, 0.0))
 
 
-def resized_us(record: KernelRecord, before: KernelTime, after: KernelTime, t0_us: float,
-               ramp_scale: float = 1.0) -> float:
+def resized_us(record: KernelRecord, before: KernelTime, after: KernelTime, t0_us: float) -> float:
     """The record's duration on its resized work (`after`, priced as `before` was): fixed cost, the ramp it
-    kept (times `ramp_scale` on another card), and the new work at the residual it had beyond both; for a
+    kept, and the new work at the residual it had beyond both; for a
     memory-bound kernel, fixed cost and the longer of its ramp and its new work at the residual it had beyond
     its fixed cost. A kernel faster than its bound (miscounted work: an FFT convolution) keeps its speed."""
     if record.kernel_class == KernelClass.MEMORY_BOUND:  # its ramp overlaps its streaming: the longer of the two
         ramp = max(t0_us - before.fixed_us, 0.0)
         streaming = max(record.duration_us - before.fixed_us, 0.0) / before.work_us
-        return after.fixed_us + max(ramp * ramp_scale, after.work_us * streaming)
+        return after.fixed_us + max(ramp, after.work_us * streaming)
     ramp = kept_ramp(record, before, t0_us)
     residual = max(record.duration_us - before.fixed_us - ramp, 0.0) / before.work_us
-    return after.fixed_us + ramp * ramp_scale + after.work_us * residual
+    return after.fixed_us + ramp + after.work_us * residual
 
 
 # --------------------------------------------------------------------------- on another card
@@ -308,31 +300,35 @@ class KernelPrice:
     note: str | None
 
 
-RESIDUALS = ("proportional", "latency")  # how the source's excess over the model reaches the target
+# How a kernel's time beyond the model on the source reaches the target: "sm", as time, times the source's
+# multiprocessors x clock over the target's (what it spends off the roof, the multiprocessors spend); or
+# "proportional", as the same fraction of its bound. The first is predict's default: benchmarks/validate_predictions.py.
+RESIDUALS = ("sm", "proportional")
 
 
 def price_on_target(record: KernelRecord, source: Pricing, target: Pricing, batch: AtBatch,
-           residual_mode: str = "proportional") -> KernelPrice:
-    """The kernel's time on the target at `batch.scale` times the batch (see the module's formula)."""
-    scale = batch.scale
-    grows = record.phase in GROWS_WITH_BATCH
+                    residual_mode: str = RESIDUALS[0]) -> KernelPrice:
+    """The kernel's time on the target at `batch.scale` times the batch: first resized on the card it was
+    measured on by the one batch model (:func:`resized_us`), then moved to the target by the residual rule."""
     before = source.timing(record)
     if before is None or record.duration_us <= 0:
-        return KernelPrice(record.duration_us * (scale if grows else 1.0), 0.0, "kernels with no bound keep their time")
-    moved, note = on_target(batch.kernel(record), target.model)
+        grows = record.phase in GROWS_WITH_BATCH
+        return KernelPrice(record.duration_us * (batch.scale if grows else 1.0), 0.0,
+                           "kernels with no bound keep their time")
+    resized = batch.kernel(record)
+    if resized is not record and (at_source := source.timing(resized)) is not None:
+        record = dataclasses.replace(resized, duration_us=resized_us(record, before, at_source,
+                                                                      source.terms.stream_t0_us))
+        before = at_source
+    moved, note = on_target(record, target.model)
     after = target.timing(moved)
     if after is None:
         return KernelPrice(record.duration_us, 0.0,
-                            f"{record.kernel_class} kernels the target model has no ceiling for keep their time")
-    if residual_mode == "latency":
-        excess = max(record.duration_us - before.fixed_us - before.work_us, 0.0) * (scale if grows else 1.0)
-        excess *= clock_ratio(source.model, target.model)
+                           f"{record.kernel_class} kernels the target model has no ceiling for keep their time")
+    if residual_mode == "sm":
+        excess = max(record.duration_us - before.fixed_us - before.work_us, 0.0)
+        excess *= clock_ratio(source.model, target.model) * units_ratio(source.model, target.model)
         return KernelPrice(after.fixed_us + after.work_us + excess, excess, note)
-    if grows and scale != 1:  # a resized kernel keeps its ramp (resized_us)
-        time = resized_us(record, before, after, source.terms.stream_t0_us, batch.ramp_scale)
-        return KernelPrice(time, max(time - after.fixed_us - after.work_us, 0.0), note)
     residual = before.residual(record.duration_us)
     time = after.fixed_us + after.work_us * residual
     return KernelPrice(time, after.work_us * max(residual - 1.0, 0.0), note)
-
-

@@ -127,3 +127,39 @@ def datasheet_fact(card: dict[str, Any] | None, name: str) -> Any | None:
 def datasheet_source(source_id: str) -> dict[str, str]:
     """The document a source id names: publisher, title, version, url."""
     return datasheet_document()["sources"][source_id]
+
+
+# --------------------------------------------------------------------------- published achievable figures
+
+# Keys of the achievable table, as the datasheet table names the same figures.
+ACHIEVABLE_KEYS = ("memory.hbm", "compute.library.fp16", "compute.library.fp16acc16", "compute.library.bf16",
+                   "compute.library.tf32", "compute.library.fp32", "compute.library.fp8", "compute.library.int8",
+                   "compute.cuda.fp32")
+
+
+@lru_cache(maxsize=1)
+def achievable_document() -> dict[str, Any]:
+    """The validated table of published achievable figures (data/achievable.json): what public benchmarks
+    measured per card (STREAM-type bandwidth, the vendor library's large-GEMM rate), each naming its source."""
+    root = resources.files("pygpuperf").joinpath("data")
+    schema = json.loads(root.joinpath("achievable.schema.json").read_text(encoding="utf-8"))
+    doc = json.loads(root.joinpath("achievable.json").read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise DatasheetError(f"pygpuperf/data/achievable.json: not valid at {where}: {error.message[:300]}")
+    for key, figures in doc["cards"].items():
+        for name, entry in figures.items():
+            if entry["source"] not in doc["sources"]:
+                raise DatasheetError(f"pygpuperf/data/achievable.json: {key} {name} cites source "
+                                     f"{entry['source']!r}, which the sources table does not list")
+    return doc
+
+
+def achievable_figures(card_key: str) -> dict[str, dict[str, Any]]:
+    """The card's published achievable figures by key ("memory.hbm", "compute.library.bf16"), or {}."""
+    return achievable_document()["cards"].get(card_key, {})
+
+
+def achievable_source(source_id: str) -> dict[str, str]:
+    return achievable_document()["sources"][source_id]

@@ -52,12 +52,17 @@ from typing import Any, Mapping, Sequence
 from pygpuperf.analyze import machine_model
 from pygpuperf.analyze.machine_model import DATASHEET_PREFIX, LoadedModel, load_model
 from pygpuperf.explain import attribution, pricing, timeline
+from pygpuperf.predict import interval as intervals
 from pygpuperf.core.vocabulary import Part
 from pygpuperf.explain.model import Explanation, fitting_batch
 from pygpuperf.core.vocabulary import KernelClass
 from pygpuperf.core.results import MachineModel
 
 DEFAULT_SAMPLES_PER_STEP = 256
+# What a kernel's time is measured against on both cards: their peak ceilings, or what kernels achieve there
+# (the library's GEMM rate, stream bandwidth; published figures for a card not measured).
+CEILINGS = ("peak", "achievable")
+DEFAULT_CEILINGS, DEFAULT_RESIDUAL = "achievable", "sm"
 
 
 @dataclass
@@ -85,6 +90,19 @@ class Prediction:
     confidence: str = ""  # the assumption that carries most of the predicted time
     source_samples_per_step: int | None = None  # the profiled batch (None: same as samples_per_step)
     carried_us: float = 0.0  # of step_us: the source's per-kernel residual above the model, carried over
+    device_us: float | None = None  # of step_us: the device's kernels, launch gaps and syncs on the target
+    host_us: float | None = None  # the host's time per step: given, or the least the source's host takes
+    sigma_log: float = 0.0  # spread of log(step) from the validation residuals (pygpuperf.predict.interval)
+    doubts: list[str] = field(default_factory=list)  # why the interval is as wide as it is
+
+    @property
+    def interval_per_s(self) -> tuple[float, float]:
+        """The 80 % interval of the throughput on the target (samples per second)."""
+        return intervals.bounds(self.throughput, self.sigma_log)
+
+    @property
+    def host_bound(self) -> bool:
+        return bool(self.host_us and self.step_us > 0 and self.host_us / self.step_us >= intervals.HOST_SHARE)
     target_power_w: float | None = None  # the target's board power limit: an upper bound on its draw
 
     @property
@@ -110,7 +128,10 @@ class Prediction:
                 "waterfall": [{"category": c.category, "source_ms": c.source_us / 1e3, "target_ms": c.target_us / 1e3,
                                "delta_ms": c.delta_us / 1e3} for c in self.waterfall],
                 "carried_ms": self.carried_us / 1e3, "notes": self.notes, "confidence": self.confidence,
-                "target_power_w": self.target_power_w}
+                "target_power_w": self.target_power_w,
+                "interval_80_per_s": list(self.interval_per_s), "doubts": self.doubts,
+                "device_ms": self.device_us / 1e3 if self.device_us is not None else None,
+                "host_ms": self.host_us / 1e3 if self.host_us is not None else None, "host_bound": self.host_bound}
 
 
 # --------------------------------------------------------------------------- per kernel
@@ -154,7 +175,8 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
             samples_per_step: int | None = None, peak_memory_bytes: float | None = None,
             resident_memory_bytes: float | None = None, source_step_us: float | None = None,
             source_name: str = "", target_name: str = "", batch_size: int | None = None,
-            host_step_us: float | None = None, residual: str = "proportional") -> Prediction:
+            host_step_us: float | None = None, residual: str = DEFAULT_RESIDUAL, ceilings: str = DEFAULT_CEILINGS,
+            spread: intervals.Spread | None = None) -> Prediction:
     """The profiled median step priced on `target`, kernel by kernel (see the module's note).
 
     `source` is the machine model the profile was taken on (the same model as `target` for a batch
@@ -179,10 +201,13 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     step = profile.median
     records = step.kernels
     calls = profile.calls
+    if ceilings == CEILINGS[1]:  # both cards as kernels achieve them, their bytes priced on the levels both have
+        levels = set(source.memory) & set(target.memory)
+        source, target = machine_model.achievable_view(source, levels), machine_model.achievable_view(target, levels)
     source_side = pricing.Pricing.predicting(source, calls)
     # each kernel keeps its bytes' split between the levels
     target_side = pricing.Pricing.predicting(target, calls, source)
-    at_batch = pricing.AtBatch.of(records, calls, scale, source_side.terms, target_side.terms)
+    at_batch = pricing.AtBatch.of(records, calls, scale)
     notes: dict[str, int] = {}
     substituted = False
     carried = 0.0
@@ -216,11 +241,17 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     gap_s, gap_t = source_side.terms.gap_us, target_side.terms.gap_us
     if gap_s > 0 and gap_t > 0:
         idle_target[Part.IDLE_LAUNCH] *= gap_t / gap_s
+    device = sum(target_cat.values()) + idle_target[Part.IDLE_LAUNCH] + idle_target[Part.IDLE_SYNC]
+    host = host_step_us if host_step_us is not None else _host_floor_us(profile, source, line.wall_us)
     if host_step_us is not None:
-        device = sum(target_cat.values()) + idle_target[Part.IDLE_LAUNCH] + idle_target[Part.IDLE_SYNC]
         idle_target[Part.IDLE_HOST] = max(host_step_us - device, 0.0)
         text.append(f"host time per step {host_step_us / 1e3:.2f} ms (given): the step is the longer of it and the "
                     f"device's {device / 1e3:.2f} ms")
+    elif host is not None and host > device + idle_target[Part.IDLE_HOST]:
+        idle_target[Part.IDLE_HOST] = host - device
+        text.append(f"host-bound on the target: issuing the step's {len(records)} kernels takes the source's host "
+                    f"at least {host / 1e3:.2f} ms, longer than the target's device time of {device / 1e3:.2f} ms; "
+                    "the target's own CPU decides this step's speed")
     unexplained = line.wall_us - sum(source_cat.values()) - sum(idle_source.values())
 
     if not _has_gpu_math(source) and _has_gpu_math(target):
@@ -233,12 +264,36 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
         waterfall.append(CategoryChange(Part.UNEXPLAINED, unexplained, unexplained))
     source_total = sum(c.source_us for c in waterfall)
     target_total = sum(c.target_us for c in waterfall)
+    family = machine_model.family_of(source)
+    same = source.origin == target.origin == "measured" and family is not None and family == machine_model.family_of(target)
+    sigma, doubts = intervals.sigma({c.category: c.target_us for c in waterfall}, target_total, host, same,
+                                    spread or intervals.shipped())
     return Prediction(source=source_name or source.device, target=target_name or target.device,
                       source_step_us=source_total, step_us=target_total, samples_per_step=predicted_batch,
+                      device_us=device, host_us=host, sigma_log=sigma, doubts=doubts,
                       source_samples_per_step=batch, waterfall=waterfall, notes=text,
                       confidence=_confidence(waterfall, source, target, substituted,
                                              carried / target_total if target_total > 0 else 0.0),
                       carried_us=carried, target_power_w=target.facts.get("board_power_w"))
+
+
+def target_model(card_key: str, ceilings: str = DEFAULT_CEILINGS, held_out: bool = False) -> MachineModel:
+    """A card of the datasheet table as `ceilings` price it: its datasheet peaks, or what kernels achieve there
+    (:func:`pygpuperf.analyze.machine_model.achievable_model`; `held_out` leaves its own published figures out)."""
+    if ceilings == CEILINGS[1]:
+        return machine_model.achievable_model(card_key, held_out=held_out)
+    return load_model(DATASHEET_PREFIX + card_key).model
+
+
+def _host_floor_us(profile: Explanation, source: MachineModel, source_wall_us: float) -> float | None:
+    """The least time the source's host takes to issue one step: its kernels times the host's time to issue one
+    op (the launch probe, torch dispatch and the launch call), no more per kernel than the profiled step took
+    (some ops issue several kernels). None without the probe, or for a step replayed as a CUDA graph."""
+    launch = source.latency.get("kernel.launch")
+    kernels = len(profile.median.kernels)
+    if launch is None or launch.value <= 0 or not kernels or str(profile.settings.get("cuda_graphs", "")).startswith("on"):
+        return None
+    return kernels * min(launch.value / 1e3, source_wall_us / kernels)
 
 
 def _fitting(wanted: int, batch: int, peak: float | None, resident: float | None, target: MachineModel,
@@ -294,6 +349,9 @@ class ValidationRow:
     predicted: float
     predicted_ratio: float
     priced_as: str = ""  # the datasheet card it was priced as, when the figure's card is not one
+    sigma_log: float = 0.0  # the prediction's spread (Prediction.sigma_log)
+    doubts: list[str] = field(default_factory=list)
+    host_share: float = 0.0  # the host's time per step over the predicted step
 
     @property
     def error(self) -> float:
@@ -311,6 +369,8 @@ class ValidationGroup:
     skipped: list[str]  # cards with no datasheet model, or no profile of the figure's workload and settings
     reference_published: float = math.nan  # samples/s of the reference card
     reference_predicted: float = math.nan
+    reference_sigma_log: float = 0.0
+    reference_host_share: float = 0.0
 
     @property
     def mean_absolute_error(self) -> float:
@@ -354,8 +414,9 @@ def _setting(value: Any) -> str:
     return _SETTING_ALIASES.get(text, text)
 
 
-def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel, published: dict[str, Any], *,
-             source_step_us: float | None = None, residual: str = "proportional") -> list[ValidationGroup]:
+def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel | MachineModel, published: dict[str, Any], *,
+             source_step_us: float | None = None, residual: str = DEFAULT_RESIDUAL, ceilings: str = DEFAULT_CEILINGS,
+             held_out: bool = False) -> list[ValidationGroup]:
     """Predicted vs published throughput ratios, per group of the document.
 
     With one profile, the document's `precision` figures are priced from it. With several, each figure
@@ -365,6 +426,7 @@ def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel,
     size where it gives one. The reference of a group is the document's `reference` card where the
     group has it, else the group's first card.
     """
+    source_model = source.model if isinstance(source, LoadedModel) else source
     single = isinstance(profiles, Explanation)
     profiles = [profiles] if single else list(profiles)
     precision = published.get("precision", "amp-fp16")
@@ -379,7 +441,7 @@ def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel,
             group = f"{group} [{figure.get('precision', precision)}]"
         by_group.setdefault(group, []).append((figure, chosen))
     groups = []
-    cache: dict[tuple[int, str, int | None], float] = {}
+    cache: dict[tuple[int, str, int | None], Prediction] = {}
     for name, figures in by_group.items():
         usable = [(f, p) for f, p in figures if f.get("priced_as", f["card"]) in known and p is not None]
         skipped = [f["card"] if p is not None else f"{f['card']} (no profile of its workload and settings)"
@@ -393,17 +455,24 @@ def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel,
             slug = f.get("priced_as", f["card"])
             key = (id(profile), slug, f.get("batch_size"))
             if key not in cache:  # at the figure's batch where it names one: the model moves the step there
-                target = load_model(DATASHEET_PREFIX + slug)
-                cache[key] = predict(profile, source.model, target.model, source_step_us=source_step_us,
-                                     batch_size=f.get("batch_size"), residual=residual).throughput
+                cache[key] = predict(profile, source_model, target_model(slug, ceilings, held_out),
+                                     source_step_us=source_step_us, batch_size=f.get("batch_size"),
+                                     residual=residual, ceilings=ceilings)
             predicted[f["card"]] = cache[key]
         figure = {f["card"]: float(f["samples_per_s"]) for f, _ in usable}
-        rows = [ValidationRow(c, figure[c], figure[c] / figure[reference], predicted[c],
-                              predicted[c] / predicted[reference],
-                              next(f.get("priced_as", "") for f, _ in usable if f["card"] == c))
+        ref = predicted[reference]
+        rows = [ValidationRow(c, figure[c], figure[c] / figure[reference], predicted[c].throughput,
+                              predicted[c].throughput / ref.throughput,
+                              next(f.get("priced_as", "") for f, _ in usable if f["card"] == c),
+                              predicted[c].sigma_log, predicted[c].doubts, _host_share(predicted[c]))
                 for c in cards if c != reference]
-        groups.append(ValidationGroup(name, reference, rows, skipped, figure[reference], predicted[reference]))
+        groups.append(ValidationGroup(name, reference, rows, skipped, figure[reference], ref.throughput,
+                                      ref.sigma_log, _host_share(ref)))
     return groups
+
+
+def _host_share(p: Prediction) -> float:
+    return p.host_us / p.step_us if p.host_us and p.step_us > 0 else 0.0
 
 
 def validation_table(groups: Sequence[ValidationGroup], source: str) -> str:

@@ -86,7 +86,10 @@ def prediction_view(predictions: Sequence[Prediction | Mapping[str, Any]], svg: 
     docs = _documents(predictions)
     if svg is None:
         svg = drawn("prediction", lambda: prediction_figure(docs))[1]
-    targets = [{**d, "changes": sorted((c for c in d["waterfall"] if c["delta_ms"]), key=lambda c: -abs(c["delta_ms"]))}
+    # Documents written before predictions carried an interval have none: the cell reads "-".
+    targets = [{**d, "changes": sorted((c for c in d["waterfall"] if c["delta_ms"]), key=lambda c: -abs(c["delta_ms"])),
+                "interval_low": (d.get("interval_80_per_s") or [None, None])[0],
+                "interval_high": (d.get("interval_80_per_s") or [None, None])[1], "doubts": d.get("doubts") or []}
                for d in docs]
     return {"source": docs[0]["source"], "source_throughput": docs[0]["source_throughput_per_s"],
             "priced": any("eur_per_hour" in d for d in docs), "targets": targets, "svg": templating.svg(svg),
