@@ -170,3 +170,13 @@ def test_the_prediction_harness_holds_the_cross_card_goals_on_the_reference_data
     assert s["pairs"]["device_bound"] >= 20 and s["pairs"]["mae_device_bound"] <= 0.03
     assert all(r.covered for r in rows if r.set == "pairs" and r.device_bound and abs(r.error) > 0.08)
     assert 0.70 <= s["coverage"]["covered"] <= 0.90
+
+
+def test_a_given_target_host_moves_a_host_bound_step_and_narrows_its_interval():
+    kernels = [_memory_kernel(start=10.0 * n, bound_us=1.0, measured_us=4.0) for n in range(200)]
+    profile = _step(kernels, wall_us=2000.0)
+    source, target = _card(launch_ns=8000.0), _card(hbm=4000.0, units=400, launch_ns=8000.0)
+    unknown = predict(profile, source, target, residual="sm")
+    slower = predict(profile, source, target, residual="sm", target_host_scale=1.5)
+    assert slower.step_us == pytest.approx(1.5 * unknown.step_us)
+    assert slower.sigma_log < unknown.sigma_log and not any("host" in d for d in slower.doubts)

@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="predict the step at this batch (default: the profile's, or the largest that fits the target)")
     p.add_argument("--host-step-ms", type=float,
                    help="the host's own time per step (the step timed at batch 1): the step is then at least that")
+    p.add_argument("--target-host-scale", type=float,
+                   help="the target host's time per step over the source host's (1.5: a CPU a third slower); "
+                        "without it the target's host is unknown and a host-bound step's interval widens")
     p.add_argument("--peak-memory-gb", type=float, help="memory the step needs (default: the profile's peak)")
     p.add_argument("--source-step-ms", type=float,
                    help="step time without the profiler, for profiles that do not record it")
@@ -120,7 +123,7 @@ def run(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             raise UsageError(f"{name} {value}: needs at least 1")
     for name, value in (("--peak-memory-gb", args.peak_memory_gb), ("--source-step-ms", args.source_step_ms),
-                        ("--host-step-ms", args.host_step_ms)):
+                        ("--host-step-ms", args.host_step_ms), ("--target-host-scale", args.target_host_scale)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise UsageError(f"{name} {value}: give a positive number")
     source = load_model(args.source_model)
@@ -167,7 +170,8 @@ def _predict_and_write(args: argparse.Namespace, profiles: list[Explanation], so
                                    peak_memory_bytes=peak, source_step_us=step_us, source_name=source.name,
                                    target_name=name, batch_size=args.batch_size,
                                    host_step_us=args.host_step_ms * 1e3 if args.host_step_ms else None,
-                                   residual=args.residual, ceilings=args.ceilings))
+                                   residual=args.residual, ceilings=args.ceilings,
+                                   target_host_scale=args.target_host_scale))
     predictions.sort(key=lambda p: -p.throughput)
     if args.json:
         print(json.dumps(prediction_documents(predictions, prices), indent=1))

@@ -176,7 +176,7 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
             resident_memory_bytes: float | None = None, source_step_us: float | None = None,
             source_name: str = "", target_name: str = "", batch_size: int | None = None,
             host_step_us: float | None = None, residual: str = DEFAULT_RESIDUAL, ceilings: str = DEFAULT_CEILINGS,
-            spread: intervals.Spread | None = None) -> Prediction:
+            spread: intervals.Spread | None = None, target_host_scale: float | None = None) -> Prediction:
     """The profiled median step priced on `target`, kernel by kernel (see the module's note).
 
     `source` is the machine model the profile was taken on (the same model as `target` for a batch
@@ -184,7 +184,9 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     record unless given. `batch_size` predicts the step at that batch; a step that does not fit the
     target's memory is predicted at the largest batch that does. `host_step_us`, the host's own time
     per step (the step timed where the device has little to do), makes the step the longer of it and
-    the device's time. `source_step_us` (the step without the profiler) is only needed for profiles
+    the device's time; without it the host's floor is the time it takes to issue the step's kernels.
+    `target_host_scale` is the target host's time per step over the source host's (known: the interval then
+    adds no host spread). `source_step_us` (the step without the profiler) is only needed for profiles
     written before the explainer took the overhead off.
     """
     throughput = profile.throughput
@@ -243,15 +245,19 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
         idle_target[Part.IDLE_LAUNCH] *= gap_t / gap_s
     device = sum(target_cat.values()) + idle_target[Part.IDLE_LAUNCH] + idle_target[Part.IDLE_SYNC]
     host = host_step_us if host_step_us is not None else _host_floor_us(profile, source, line.wall_us)
+    if host is not None and target_host_scale is not None:  # the target's host, relative to the source's
+        host *= target_host_scale
+        text.append(f"the target's host takes {target_host_scale:g}x the source host's time per step (given)")
     if host_step_us is not None:
-        idle_target[Part.IDLE_HOST] = max(host_step_us - device, 0.0)
+        idle_target[Part.IDLE_HOST] = max(host - device, 0.0)
         text.append(f"host time per step {host_step_us / 1e3:.2f} ms (given): the step is the longer of it and the "
                     f"device's {device / 1e3:.2f} ms")
     elif host is not None and host > device + idle_target[Part.IDLE_HOST]:
         idle_target[Part.IDLE_HOST] = host - device
-        text.append(f"host-bound on the target: issuing the step's {len(records)} kernels takes the source's host "
+        text.append(f"host-bound on the target: issuing the step's {len(records)} kernels takes the host "
                     f"at least {host / 1e3:.2f} ms, longer than the target's device time of {device / 1e3:.2f} ms; "
-                    "the target's own CPU decides this step's speed")
+                    "the target's own CPU decides this step's speed" + (
+                        "" if target_host_scale is not None else " (it is taken to be the source's)"))
     unexplained = line.wall_us - sum(source_cat.values()) - sum(idle_source.values())
 
     if not _has_gpu_math(source) and _has_gpu_math(target):
@@ -267,7 +273,7 @@ def predict(profile: Explanation, source: MachineModel, target: MachineModel, *,
     family = machine_model.family_of(source)
     same = source.origin == target.origin == "measured" and family is not None and family == machine_model.family_of(target)
     sigma, doubts = intervals.sigma({c.category: c.target_us for c in waterfall}, target_total, host, same,
-                                    spread or intervals.shipped())
+                                    spread or intervals.shipped(), host_known=target_host_scale is not None)
     return Prediction(source=source_name or source.device, target=target_name or target.device,
                       source_step_us=source_total, step_us=target_total, samples_per_step=predicted_batch,
                       device_us=device, host_us=host, sigma_log=sigma, doubts=doubts,

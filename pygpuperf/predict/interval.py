@@ -54,8 +54,9 @@ def shipped() -> Spread:
 
 
 def sigma(parts_us: Mapping[str, float], step_us: float, host_us: float | None, same_family_measured: bool,
-          spread: Spread) -> tuple[float, list[str]]:
-    """(sigma of log(step), why it is that wide) for a predicted step made of `parts_us` (category -> µs)."""
+          spread: Spread, host_known: bool = False) -> tuple[float, list[str]]:
+    """(sigma of log(step), why it is that wide) for a predicted step made of `parts_us` (category -> µs);
+    `host_known`: the target's host was given, so a host-bound step adds no spread of its own."""
     total = sum(parts_us.values()) or 1.0
     kernels = sum(us / total * spread.per_class.get(str(c), spread.default_class) for c, us in parts_us.items())
     doubts = []
@@ -64,7 +65,7 @@ def sigma(parts_us: Mapping[str, float], step_us: float, host_us: float | None, 
         variance += spread.other ** 2
         doubts.append("the target is of another architecture family, or priced from published or datasheet figures")
     share = min(host_us / step_us, 1.0) if host_us and step_us > 0 else 0.0
-    if share >= HOST_SHARE:
+    if share >= HOST_SHARE and not host_known:
         variance += (spread.host * share) ** 2
         doubts.append(f"the host takes {100 * share:.0f} % of the step: the target's CPU, not known here, sets its pace")
     return math.sqrt(variance), doubts
