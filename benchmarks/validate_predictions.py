@@ -301,10 +301,13 @@ def _rms_log(errors: Sequence[float]) -> float | None:
     return math.sqrt(statistics.fmean([x * x for x in logs])) if logs else None
 
 
-def _robust_log(errors: Sequence[float]) -> float | None:
-    """1.4826 x the median absolute log error: a normal's sigma, that a few mismatched figures do not set."""
-    logs = [abs(math.log1p(e)) for e in errors if e is not None and math.isfinite(e) and e > -1]
-    return 1.4826 * statistics.median(logs) if logs else None
+def _spread_80(errors: Sequence[float]) -> float | None:
+    """The sigma whose 80 % interval holds 80 % of these errors: their 80th percentile of |log(1 + error)| over
+    the normal's 1.2816 (the errors' own tails, not a normal's, set the width)."""
+    logs = sorted(abs(math.log1p(e)) for e in errors if e is not None and math.isfinite(e) and e > -1)
+    if not logs:
+        return None
+    return statistics.quantiles(logs, n=10, method="inclusive")[7] / intervals.Z80 if len(logs) > 1 else logs[0]
 
 
 def fitted_spread(rows: Sequence[Row]) -> "intervals.Spread":
@@ -318,10 +321,10 @@ def fitted_spread(rows: Sequence[Row]) -> "intervals.Spread":
     per_class = {c: v for c, v in per_class.items() if v is not None}
     default = max(per_class.values(), default=0.1)
     hosted = [r for r in pair_rows if not r.device_bound]
-    host_rms = _robust_log([r.error for r in hosted]) or 0.0
+    host_rms = _spread_80([r.error for r in hosted]) or 0.0
     share = statistics.fmean([max(r.host_share, intervals.HOST_SHARE) for r in hosted]) if hosted else 1.0
     published_rows = [r for r in rows if r.set != "pairs" and r.absolute_error is not None and r.host_share < intervals.HOST_SHARE]
-    other = _robust_log([r.absolute_error for r in published_rows]) or 0.0
+    other = _spread_80([r.absolute_error for r in published_rows]) or 0.0
     within = _rms_log([r.error for r in bound]) or 0.0
     return intervals.Spread(per_class, math.sqrt(max(other ** 2 - within ** 2, 0.0)), host_rms / share, default)
 
