@@ -4,25 +4,23 @@ Every kernel of an explained step (:mod:`pygpuperf.explain`) is priced twice by 
 model (:mod:`pygpuperf.analyze.kernel_time`, through :func:`pygpuperf.explain.pricing.kernel_timing`):
 on the machine it was profiled on and on the target, each with its own terms (fixed cost per kernel,
 ceilings per precision through the precision table and its fallbacks, bandwidths, L2 capacity for the
-reuse estimate, multiprocessors for waves). What the profile measured beyond the model, the kernel's
-residual ``r = (measured - fixed) / work`` on the source, is carried over as a named term:
+reuse estimate, multiprocessors for waves). By default both cards are priced at what kernels achieve there
+(``ceilings="achievable"``: the library's GEMM rate and stream bandwidth, measured, published or the
+architecture family's fraction of the datasheet; :func:`pygpuperf.analyze.machine_model.achievable_model`).
+What the profile measured beyond the model, the kernel's excess, is carried over as a named term
+(``Prediction.carried_us``). By default (``residual="sm"``) it is carried as time, scaled by the source's
+multiprocessors x clock over the target's:
 
-    target time = fixed(target) + work(target) x r
+    target time = fixed(target) + work(target) + (measured - fixed - work)(source) x (units x clock)(source) / (units x clock)(target)
 
-so a kernel that reached 60 % of its work bound on the source does so on the target, and the part of
-the predicted step that this carries is reported (``Prediction.carried_us``). With
-``residual="latency"`` the excess is carried as time instead, scaled by the clock ratio:
-
-    target time = fixed(target) + work(target) + (measured - fixed - work)(source) x clock(source) / clock(target)
-
-the reading that what a kernel spends beyond its roofline is latency-like (pipeline fill, tails,
-dependent steps), which a slower card's longer work hides. Neither reading is validated: both are
-reported against the published tables. Kernels without a bound
-keep their time. A dtype the target lacks runs as a substitute (bf16 as fp16 on a V100, TF32 as fp32
-on the vector units). Idle time: launch gaps scale with the device's gap between back-to-back
-kernels; host-bound idle and synchronization stay as measured (same host, driver and framework),
-unless the host's own time per step is given, in which case the step is the longer of that and the
-device's.
+since what a kernel spends off its roof (pipeline fill, tails, dependent steps) is spent in the
+multiprocessors. With ``residual="proportional"`` the kernel keeps the same fraction of its bound,
+``fixed(target) + work(target) x (measured - fixed) / work(source)``. benchmarks/validate_predictions.py
+picks the defaults. Kernels without a bound keep their time. A dtype the target lacks runs as a substitute
+(bf16 as fp16 on a V100, TF32 as fp32 on the vector units). Idle time: launch gaps scale with the device's
+gap between back-to-back kernels; the host's time per step is the one given, else the least the source's
+host takes to issue the step's kernels, and the step is the longer of it and the device's. Every
+prediction carries an 80 % interval (:mod:`pygpuperf.predict.interval`).
 
 At another batch size (``batch_size``, or the largest that fits the target's memory) the kernels are
 resized as --try-fixes' batch fix resizes them (:mod:`pygpuperf.explain.pricing`): the forward and
