@@ -343,10 +343,6 @@ def cross_card(ref: Reference) -> Generated:
     return Generated("cross-card", _rounded(out), body, _unique(sources))
 
 
-def _short(device: str) -> str:
-    return device.removeprefix("NVIDIA ")
-
-
 def _unique(entries: Sequence[dict]) -> list[dict]:
     return list({e["file"]: e for e in entries}.values())
 

@@ -135,11 +135,6 @@ def _family(device_or_key: str) -> str:
         return "unknown"
 
 
-def _by_category(prediction) -> tuple[dict[str, float], dict[str, float]]:
-    return ({c.category: c.source_us for c in prediction.waterfall},
-            {c.category: c.target_us for c in prediction.waterfall})
-
-
 def _kernel_time_by_class(profile) -> dict[str, float]:
     from pygpuperf.explain import attribution
 
@@ -182,7 +177,7 @@ def pairs(index: dict, models: Models, ceilings: str, residual: str) -> list[Row
                     p = predict(profile, src, tgt, residual=residual, ceilings=ceilings)
                     step = p.step_us * (batch / p.samples_per_step if batch else 1.0)
                     # The target's own profile, its kernels' time by class, for the error per class.
-                    _, predicted_by = _by_category(p)
+                    predicted_by = {c.category: c.target_us for c in p.waterfall}
                     measured_by = _kernel_time_by_class(own)
                     classes = {c: predicted_by.get(c, 0.0) / us - 1 for c, us in measured_by.items()
                                if us > 0.03 * sum(measured_by.values()) and c in predicted_by}
@@ -190,7 +185,7 @@ def pairs(index: dict, models: Models, ceilings: str, residual: str) -> list[Row
                               _short(entries[target]["device"]), _family(entries[target]["device"]), step / 1e3,
                               measured / 1e3, step / measured - 1, device_bound=bound, classes=classes)
                     row.interval = intervals.bounds(step / 1e3, p.sigma_log)
-                    row.host_share = p.host_us / p.step_us if p.host_us and p.step_us > 0 else 0.0
+                    row.host_share = p.host_share
                     row.reason = _reason(p, row)
                     rows.append(row)
     return rows

@@ -99,8 +99,13 @@ class Prediction:
         return intervals.bounds(self.throughput, self.sigma_log)
 
     @property
+    def host_share(self) -> float:
+        """The host's time per step over the predicted step (0 where unknown)."""
+        return self.host_us / self.step_us if self.host_us and self.step_us > 0 else 0.0
+
+    @property
     def host_bound(self) -> bool:
-        return bool(self.host_us and self.step_us > 0 and self.host_us / self.step_us >= intervals.HOST_SHARE)
+        return self.host_share >= intervals.HOST_SHARE
     target_power_w: float | None = None  # the target's board power limit: an upper bound on its draw
 
     @property
@@ -468,15 +473,11 @@ def validate(profiles: Explanation | Sequence[Explanation], source: LoadedModel 
         rows = [ValidationRow(c, figure[c], figure[c] / figure[reference], predicted[c].throughput,
                               predicted[c].throughput / ref.throughput,
                               next(f.get("priced_as", "") for f, _ in usable if f["card"] == c),
-                              predicted[c].sigma_log, predicted[c].doubts, _host_share(predicted[c]))
+                              predicted[c].sigma_log, predicted[c].doubts, predicted[c].host_share)
                 for c in cards if c != reference]
         groups.append(ValidationGroup(name, reference, rows, skipped, figure[reference], ref.throughput,
-                                      ref.sigma_log, _host_share(ref)))
+                                      ref.sigma_log, ref.host_share))
     return groups
-
-
-def _host_share(p: Prediction) -> float:
-    return p.host_us / p.step_us if p.host_us and p.step_us > 0 else 0.0
 
 
 def validation_table(groups: Sequence[ValidationGroup], source: str) -> str:
